@@ -1,0 +1,1 @@
+"""Runtime PKI and least-privilege kubeconfigs (the `kyma-certs` command)."""

@@ -1,0 +1,105 @@
+"""``kyma-devenv``: bring up the local landscape (NATS, KCP, runtimes) on loopback."""
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from contract import ids
+from devenv import errors, landscape, testbin
+from observability import logs
+
+log = logging.getLogger("kyma-devenv")
+
+
+def _binaries_dir(args: argparse.Namespace) -> Path:
+    if args.testbin:
+        return Path(args.testbin)
+    return testbin.default_cache_root() / testbin.K8S_VERSION
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kyma-devenv",
+        description="Run a real local Kyma landscape: NATS JetStream, a KCP apiserver and "
+        "runtime (SKR) apiservers, each with its own etcd and CA, all on 127.0.0.1.",
+    )
+    parser.add_argument(
+        "--testbin",
+        default=os.environ.get("KYMA_SYNC_TESTBIN"),
+        help="directory holding kube-apiserver and etcd (default: $KYMA_SYNC_TESTBIN, else "
+        f"~/.cache/kyma-sync/testbin/{testbin.K8S_VERSION}, built there on first use)",
+    )
+    parser.add_argument("--log-level", default="INFO", help="log level (default: INFO)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    up = commands.add_parser("up", help="start the landscape and keep it running until Ctrl-C")
+    up.add_argument(
+        "--runtimes",
+        default=",".join(landscape.DEFAULT_RUNTIMES),
+        help="comma-separated runtime (Kyma) names, one apiserver each (default: %(default)s)",
+    )
+    up.add_argument("--workdir", help="where state and logs go (default: a new temp directory)")
+    up.add_argument(
+        "--exit-when-ready",
+        action="store_true",
+        help="print the endpoints and stop again at once (a start-up check)",
+    )
+
+    commands.add_parser("build-testbin", help="build kube-apiserver and etcd now (once per version)")
+    return parser
+
+
+def _runtime_names(raw: str) -> list[str]:
+    names = [name.strip() for name in raw.split(",") if name.strip()]
+    if not names:
+        raise ValueError("--runtimes needs at least one name")
+    return [ids.runtime_id(name) for name in names]
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+
+
+def _up(args: argparse.Namespace) -> None:
+    runtimes = _runtime_names(args.runtimes)
+    binaries = testbin.ensure(directory=_binaries_dir(args))
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kyma-sync-"))
+    running = landscape.start(workdir=workdir, binaries=binaries, runtimes=runtimes)
+    try:
+        print("control plane up")
+        print(json.dumps(running.describe(), indent=2))
+        sys.stdout.flush()
+        if not args.exit_when_ready:
+            print("Ctrl-C stops everything", file=sys.stderr)
+            _wait_for_signal()
+    finally:
+        running.stop()
+        log.info("landscape stopped")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logs.configure(level=args.log_level, json_lines=False)
+    try:
+        if args.command == "build-testbin":
+            testbin.ensure(directory=_binaries_dir(args))
+        else:
+            _up(args)
+    except (errors.DevenvError, ValueError) as exc:
+        print(f"kyma-devenv: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

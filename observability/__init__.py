@@ -1,0 +1,1 @@
+"""Logs, metrics and traces, set up once at each entry point."""

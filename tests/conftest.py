@@ -1,0 +1,66 @@
+"""Shared fixtures: the real local landscape (NATS + KCP + two SKR apiservers) and clients.
+
+The landscape is session-scoped and started only when a test asks for it; unit tests of pure
+logic never pay for it.
+"""
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client
+from nats.aio.client import Client as Nats
+
+from clients import bus, kube
+from devenv import landscape as landscape_mod
+from devenv import testbin
+
+
+@pytest.fixture(autouse=True)
+async def no_leftover_tasks() -> AsyncIterator[None]:
+    """Fail a test that leaves asyncio tasks running behind it."""
+    yield
+    current = asyncio.current_task()
+    leftovers = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+    for task in leftovers:
+        task.cancel()
+    assert not leftovers, f"test left tasks running: {leftovers}"
+
+
+@pytest.fixture(scope="session")
+def testbin_binaries() -> testbin.Binaries:
+    override = os.environ.get("KYMA_SYNC_TESTBIN")
+    directory = Path(override) if override else testbin.default_cache_root() / testbin.K8S_VERSION
+    return testbin.ensure(directory=directory)
+
+
+@pytest.fixture(scope="session")
+def landscape(
+    tmp_path_factory: pytest.TempPathFactory, testbin_binaries: testbin.Binaries
+) -> Iterator[landscape_mod.Landscape]:
+    running = landscape_mod.start(
+        workdir=tmp_path_factory.mktemp("landscape"), binaries=testbin_binaries
+    )
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def kcp_api(landscape: landscape_mod.Landscape) -> AsyncIterator[client.ApiClient]:
+    async with await kube.api_client(landscape.kcp.admin_kubeconfig()) as api:
+        yield api
+
+
+@pytest.fixture
+async def skr_api(landscape: landscape_mod.Landscape) -> AsyncIterator[client.ApiClient]:
+    async with await kube.api_client(landscape.runtimes["skr-1"].admin_kubeconfig()) as api:
+        yield api
+
+
+@pytest.fixture
+async def nats_client(landscape: landscape_mod.Landscape) -> AsyncIterator[Nats]:
+    connection = await bus.connect([landscape.nats.url], name="tests")
+    yield connection
+    await connection.close()
