@@ -8,12 +8,14 @@ caller's business; nothing here touches the disk or the network.
 import dataclasses
 import datetime
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from certs import identity
 
 DEFAULT_CA_LIFETIME = datetime.timedelta(days=365 * 5)
 DEFAULT_CERT_LIFETIME = datetime.timedelta(days=30)
@@ -161,3 +163,46 @@ def signing_key_pem() -> tuple[bytes, bytes]:
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     return private, public
+
+
+def runtime_client_cert(
+    ca: KeyPair,
+    runtime: str,
+    *,
+    lifetime: datetime.timedelta = DEFAULT_CERT_LIFETIME,
+    not_before: datetime.datetime | None = None,
+) -> KeyPair:
+    """The client certificate a runtime's watcher presents; its identity is the runtime name."""
+    return issue(
+        ca,
+        common_name=runtime,
+        organizations=[identity.RUNTIME_ORGANIZATION],
+        client=True,
+        lifetime=lifetime,
+        not_before=not_before,
+    )
+
+
+def build_crl(
+    ca: KeyPair,
+    revoked_serials: Iterable[int],
+    *,
+    lifetime: datetime.timedelta = datetime.timedelta(days=7),
+) -> x509.CertificateRevocationList:
+    """A CRL of ``ca`` listing the given serial numbers as revoked now."""
+    now = _now()
+    builder = (
+        x509.CertificateRevocationListBuilder()
+        .issuer_name(ca.certificate.subject)
+        .last_update(now - _CLOCK_SKEW)
+        .next_update(now + lifetime)
+    )
+    for serial in sorted(set(revoked_serials)):
+        builder = builder.add_revoked_certificate(
+            x509.RevokedCertificateBuilder().serial_number(serial).revocation_date(now).build()
+        )
+    return builder.sign(ca.key, hashes.SHA256())
+
+
+def crl_pem(crl: x509.CertificateRevocationList) -> bytes:
+    return crl.public_bytes(serialization.Encoding.PEM)

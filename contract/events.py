@@ -16,7 +16,7 @@ from typing import Any, Literal, Self
 import pydantic
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from contract import errors, ids
+from contract import errors, ids, subjects
 
 MAX_EVENT_BYTES = 1_000_000
 """Serialised size limit (1 MB). Stays under NATS's default 1 MiB max_payload with headers."""
@@ -141,6 +141,12 @@ class ChangeEvent(_Strict):
     @property
     def id(self) -> ids.EventId:
         return ids.EventId(self.event_id)
+
+    @property
+    def subject(self) -> ids.Subject:
+        return subjects.event_subject(
+            module=ids.ModuleName(self.module), runtime=ids.RuntimeId(self.runtime)
+        )
 
     def as_reference(self) -> "ChangeEvent":
         """The same event without its body, for objects too large to carry."""

@@ -12,10 +12,24 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 from nats.aio.client import Client as Nats
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from clients import bus, kube
 from devenv import landscape as landscape_mod
+from devenv import nats as nats_mod
 from devenv import testbin
+from observability import tracing
+
+# One provider per process (OpenTelemetry refuses a second); spans are kept in memory for tests.
+_SPANS = InMemorySpanExporter()
+tracing.configure(service_name="kyma-sync-tests").add_span_processor(SimpleSpanProcessor(_SPANS))
+
+
+@pytest.fixture
+def spans() -> InMemorySpanExporter:
+    _SPANS.clear()
+    return _SPANS
 
 
 @pytest.fixture(autouse=True)
@@ -64,3 +78,13 @@ async def nats_client(landscape: landscape_mod.Landscape) -> AsyncIterator[Nats]
     connection = await bus.connect([landscape.nats.url], name="tests")
     yield connection
     await connection.close()
+
+
+@pytest.fixture
+def private_nats(tmp_path: Path) -> Iterator[nats_mod.NatsServer]:
+    """A NATS server of the test's own, for tests that stop and restart it."""
+    server = nats_mod.NatsServer(workdir=tmp_path / "nats")
+    server.start()
+    server.wait_ready()
+    yield server
+    server.stop()

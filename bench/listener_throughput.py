@@ -1,0 +1,139 @@
+"""Accepted events/s and latency through listener + JetStream on loopback.
+
+Starts a real nats-server and a `kyma-listener` process, then drives it from this process with
+many concurrent mTLS clients, each a distinct runtime with its own certificate, over keep-alive
+connections. Prints accepted events/s and p50/p99 request latency.
+
+    python bench/listener_throughput.py --clients 64 --events 20000
+"""
+
+import argparse
+import asyncio
+import json
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import yaml
+
+from certs import pki
+from contract import events, ids
+from devenv import nats, net
+
+
+def _event(runtime: str, n: int) -> bytes:
+    return events.encode(
+        events.ChangeEvent.create(
+            runtime=ids.runtime_id(runtime),
+            module=ids.module_name("bench"),
+            target=events.WatchedObject(
+                group="", version="v1", resource="configmaps", kind="ConfigMap",
+                namespace="default", name=f"cm-{n}", uid=f"{runtime}-uid-{n}",
+            ),
+            resource_version=str(n),
+            change_type=events.ChangeType.MODIFIED,
+            body={"metadata": {"name": f"cm-{n}"}, "data": {"k": "v" * 200}},
+        )
+    )
+
+
+async def _client(url: str, context: ssl.SSLContext, bodies: list[bytes], latencies: list[float]) -> int:
+    accepted = 0
+    connector = aiohttp.TCPConnector(ssl=context, limit=1)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for body in bodies:
+            started = time.perf_counter()
+            async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
+                await response.read()
+                if response.status == 202:
+                    accepted += 1
+            latencies.append(time.perf_counter() - started)
+    return accepted
+
+
+async def _wait_ready(url: str, timeout: float = 30) -> None:
+    async with aiohttp.ClientSession() as session:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise SystemExit("listener did not become ready")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=64, help="concurrent runtimes (default 64)")
+    parser.add_argument("--events", type=int, default=20000, help="events in total (default 20000)")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="kyma-bench-listener-"))
+    server_ca, runtime_ca = pki.create_ca("bench-ingress"), pki.create_ca("bench-runtimes")
+    serving = pki.loopback_server_cert(server_ca, common_name="listener")
+    for name, data in {
+        "server.crt": serving.cert_pem, "server.key": serving.key_pem, "ca.crt": runtime_ca.cert_pem,
+    }.items():
+        (work / name).write_bytes(data)
+    bus = nats.NatsServer(workdir=work / "nats")
+    bus.start()
+    bus.wait_ready()
+    port, management = net.free_port(), net.free_port()
+    config = {
+        "host": "127.0.0.1", "port": port, "management_port": management, "modules": ["bench"],
+        "tls": {"cert_file": str(work / "server.crt"), "key_file": str(work / "server.key")},
+        "trust": {"client_ca_file": str(work / "ca.crt")},
+        "rate_limit": {"events_per_second": 1e6, "burst": 1_000_000},
+        "nats": {"servers": [bus.url]},
+    }
+    (work / "listener.yaml").write_text(yaml.safe_dump(config))
+    listener = subprocess.Popen(
+        [sys.executable, "-m", "listener.cli", "--config", str(work / "listener.yaml"), "--log-level", "WARNING"]
+    )
+    try:
+        await _wait_ready(f"http://127.0.0.1:{management}/readyz")
+        per_client = args.events // args.clients
+        contexts, workloads = [], []
+        for c in range(args.clients):
+            runtime = f"bench-{c}"
+            pair = pki.runtime_client_cert(runtime_ca, runtime)
+            cert, key = work / f"{runtime}.crt", work / f"{runtime}.key"
+            cert.write_bytes(pair.cert_pem)
+            key.write_bytes(pair.key_pem)
+            context = ssl.create_default_context(cadata=server_ca.cert_pem.decode())
+            context.load_cert_chain(cert, key)
+            contexts.append(context)
+            workloads.append([_event(runtime, n) for n in range(per_client)])
+        latencies: list[float] = []
+        url = f"https://127.0.0.1:{port}/v1/events"
+        started = time.perf_counter()
+        accepted = sum(
+            await asyncio.gather(*(_client(url, ctx, work_, latencies) for ctx, work_ in zip(contexts, workloads)))
+        )
+        elapsed = time.perf_counter() - started
+        quantiles = statistics.quantiles(latencies, n=100)
+        print(json.dumps({
+            "clients": args.clients,
+            "events_sent": per_client * args.clients,
+            "events_accepted": accepted,
+            "seconds": round(elapsed, 2),
+            "accepted_events_per_second": round(accepted / elapsed),
+            "latency_p50_ms": round(quantiles[49] * 1000, 2),
+            "latency_p99_ms": round(quantiles[98] * 1000, 2),
+        }, indent=2))
+    finally:
+        listener.terminate()
+        listener.wait(timeout=15)
+        bus.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

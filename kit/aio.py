@@ -1,0 +1,33 @@
+"""Waiting that can be interrupted by a stop signal, and bounded exponential backoff."""
+
+import asyncio
+import dataclasses
+import random
+
+
+async def sleep_unless(stop: asyncio.Event, seconds: float) -> bool:
+    """Sleep up to ``seconds``; return True if ``stop`` was set meanwhile."""
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+    except TimeoutError:
+        return False
+    return True
+
+
+@dataclasses.dataclass
+class Backoff:
+    """Exponential backoff with jitter (half to full step), capped; reset after a success."""
+
+    initial: float = 0.2
+    maximum: float = 10.0
+    factor: float = 2.0
+    _next: float = dataclasses.field(default=0.0, init=False)
+
+    def delay(self) -> float:
+        """The next delay: uniform in [cap/2, cap], doubling the cap each time."""
+        cap = self._next or self.initial
+        self._next = min(cap * self.factor, self.maximum)
+        return random.uniform(cap / 2, cap)
+
+    def reset(self) -> None:
+        self._next = 0.0

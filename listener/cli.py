@@ -1,0 +1,62 @@
+"""``kyma-listener``: the KCP ingress endpoint for watcher events."""
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pydantic
+
+from listener import server, settings
+from observability import logs, tracing
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kyma-listener",
+        description="Accept change events from runtime watchers over mTLS and publish them to "
+        "NATS JetStream. Answers 202 only after JetStream has acknowledged the event.",
+    )
+    parser.add_argument("--config", required=True, type=Path, help="listener YAML configuration")
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--trace-exporter", choices=["none", "console"], default="none", help="where spans go"
+    )
+    parser.add_argument(
+        "--check-config", action="store_true", help="validate the configuration and exit"
+    )
+    return parser
+
+
+async def _serve(config: settings.ListenerSettings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await server.run(config, stop=stop)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logs.configure(level=args.log_level)
+    try:
+        config = settings.load(args.config)
+    except (ValueError, pydantic.ValidationError) as exc:
+        print(f"kyma-listener: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    if args.check_config:
+        print("configuration is valid")
+        return 0
+    tracing.configure(service_name="kyma-listener", exporter=args.trace_exporter)
+    try:
+        asyncio.run(_serve(config))
+    except OSError as exc:
+        print(f"kyma-listener: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

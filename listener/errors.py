@@ -1,0 +1,54 @@
+"""Why a request was refused; each maps to one HTTP status.
+
+    Rejected                      (status, reason, outcome label for metrics)
+     ├── Unauthenticated  401     no client certificate
+     ├── Forbidden        403     untrusted, revoked, expired, or speaking for another runtime
+     ├── PayloadTooLarge  413
+     ├── BadRequest       400     malformed or schema-invalid JSON
+     ├── UnsupportedMedia 415
+     ├── UnknownModule    422
+     ├── RateLimited      429     with Retry-After
+     └── Unavailable      503     NATS cannot take it now; with Retry-After
+"""
+
+
+class Rejected(Exception):
+    status = 500
+    outcome = "error"
+
+    def __init__(self, reason: str, *, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class Unauthenticated(Rejected):
+    status, outcome = 401, "unauthenticated"
+
+
+class Forbidden(Rejected):
+    status, outcome = 403, "forbidden"
+
+
+class PayloadTooLarge(Rejected):
+    status, outcome = 413, "too_large"
+
+
+class BadRequest(Rejected):
+    status, outcome = 400, "invalid"
+
+
+class UnsupportedMedia(Rejected):
+    status, outcome = 415, "unsupported_media"
+
+
+class UnknownModule(Rejected):
+    status, outcome = 422, "unknown_module"
+
+
+class RateLimited(Rejected):
+    status, outcome = 429, "rate_limited"
+
+
+class Unavailable(Rejected):
+    status, outcome = 503, "unavailable"

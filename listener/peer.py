@@ -1,0 +1,38 @@
+"""Where the client certificate of a request comes from: our TLS handshake, or a trusted proxy."""
+
+import ipaddress
+import ssl
+import urllib.parse
+
+from aiohttp import web
+
+from listener import errors, settings
+
+
+def client_certificate_der(request: web.Request, proxy: settings.ProxySettings) -> bytes:
+    """The DER bytes of the request's client certificate, or Unauthenticated/Forbidden."""
+    if proxy.enabled:
+        return _forwarded_certificate(request, proxy)
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    if not der:
+        raise errors.Unauthenticated("a client certificate is required")
+    return bytes(der)
+
+
+def _forwarded_certificate(request: web.Request, proxy: settings.ProxySettings) -> bytes:
+    header = request.headers.get(proxy.client_cert_header)
+    remote = request.remote
+    try:
+        address = ipaddress.ip_address(remote) if remote else None
+    except ValueError:
+        address = None
+    if address is None or not any(address in network for network in proxy.trusted_proxies):
+        raise errors.Forbidden(f"requests must come through a trusted proxy, not from {remote}")
+    if not header:
+        raise errors.Unauthenticated(f"the proxy forwarded no {proxy.client_cert_header} header")
+    try:
+        return ssl.PEM_cert_to_DER_cert(urllib.parse.unquote(header))
+    except ValueError as exc:
+        raise errors.Forbidden(f"{proxy.client_cert_header} does not hold a PEM certificate") from exc

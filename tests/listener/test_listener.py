@@ -1,0 +1,313 @@
+"""The listener against a real NATS JetStream: what gets in, what is refused, and why."""
+
+import asyncio
+import datetime
+import json
+import urllib.parse
+from collections.abc import AsyncIterator
+
+import aiohttp
+import nats.errors
+import pytest
+from nats.aio.client import Client as Nats
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
+
+from certs import pki
+from clients import bus
+from contract import events
+from devenv import landscape as landscape_mod
+from devenv import nats as nats_mod
+from listener import server
+
+from .conftest import ConfigFactory, Pki, make_event, post, wait_ready
+
+pytestmark = pytest.mark.integration
+
+STREAM = "LISTENER_TEST"
+
+
+async def stored_copies(nats_client: Nats, event: events.ChangeEvent) -> int:
+    """How many messages of the stream carry this event's id (tests share the stream)."""
+    consumer = await nats_client.jetstream().pull_subscribe(event.subject, stream=STREAM)
+    copies = 0
+    try:
+        while True:
+            try:
+                batch = await consumer.fetch(256, timeout=0.5)
+            except nats.errors.TimeoutError:
+                return copies
+            copies += sum(1 for m in batch if (m.headers or {}).get(bus.MSG_ID_HEADER) == event.id)
+    finally:
+        await consumer.unsubscribe()
+
+
+async def test_event_posted_three_times_is_stored_once(
+    listener: server.Bound, runtime_pki: Pki, nats_client: Nats
+) -> None:
+    """Retries of the same event all get 202; JetStream keeps one message."""
+    event = make_event(uid="three-times")
+    context = runtime_pki.client_context(runtime_pki.runtime_cert("skr-1"))
+    replies = [await post(listener.events_url, context, events.encode(event)) for _ in range(3)]
+    assert [r.status for r in replies] == [202, 202, 202]
+    assert [r.body["duplicate"] for r in replies] == [False, True, True]
+    assert {r.body["event_id"] for r in replies} == {event.id}
+    assert await stored_copies(nats_client, event) == 1
+
+
+async def test_certificate_of_another_runtime_is_forbidden(
+    listener: server.Bound, runtime_pki: Pki, nats_client: Nats
+) -> None:
+    """skr-2's certificate cannot post skr-1's event: 403 and nothing published."""
+    event = make_event("skr-1", uid="impersonation")
+    reply = await post(listener.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-2")), events.encode(event))
+    assert reply.status == 403
+    assert "runtime skr-2 cannot send events of runtime skr-1" in reply.body["error"]
+    assert await stored_copies(nats_client, event) == 0
+
+
+@pytest.mark.parametrize(
+    "client_cert",
+    [
+        pytest.param(lambda p: pki.runtime_client_cert(pki.create_ca("rogue-ca"), "skr-1"), id="foreign-ca"),
+        pytest.param(
+            lambda p: p.runtime_cert(
+                "skr-1", lifetime=datetime.timedelta(hours=1),
+                not_before=datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=2),
+            ),
+            id="expired",
+        ),
+        pytest.param(lambda p: None, id="no-certificate"),
+    ],
+)
+async def test_untrusted_certificates_fail_the_handshake(
+    listener: server.Bound, runtime_pki: Pki, nats_client: Nats, client_cert: object
+) -> None:
+    """Foreign-CA, expired or missing client certificates never get a request through."""
+    event = make_event(uid=f"untrusted-{id(client_cert)}")
+    context = runtime_pki.client_context(client_cert(runtime_pki))  # type: ignore[operator]
+    with pytest.raises(aiohttp.ClientError):
+        await post(listener.events_url, context, events.encode(event))
+    assert await stored_copies(nats_client, event) == 0
+
+
+async def test_revoked_certificate_is_refused_after_crl_reload(
+    landscape: landscape_mod.Landscape, listener_config: ConfigFactory, runtime_pki: Pki, nats_client: Nats
+) -> None:
+    """A certificate listed in a CRL published at run time gets 403 'revoked'; others still pass."""
+    crl_file = runtime_pki.directory / "runtime.crl"
+    crl_file.write_bytes(pki.crl_pem(pki.build_crl(runtime_pki.runtime_ca, [])))
+    config = listener_config(landscape.nats.url)
+    config = config.model_copy(update={"trust": config.trust.model_copy(update={"crl_file": crl_file})})
+    doomed, healthy = runtime_pki.runtime_cert("skr-1"), runtime_pki.runtime_cert("skr-1")
+    async with server.serving(config, registry=CollectorRegistry()) as bound:
+        await wait_ready(bound)
+        before = await post(bound.events_url, runtime_pki.client_context(doomed), events.encode(make_event(uid="rev-0")))
+        assert before.status == 202
+        crl_file.write_bytes(pki.crl_pem(pki.build_crl(runtime_pki.runtime_ca, [doomed.certificate.serial_number])))
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            reply = await post(bound.events_url, runtime_pki.client_context(doomed), events.encode(make_event(uid="rev-1")))
+            if reply.status == 403 or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        assert reply.status == 403 and "revoked" in reply.body["error"]
+        still = await post(bound.events_url, runtime_pki.client_context(healthy), events.encode(make_event(uid="rev-2")))
+        assert still.status == 202
+
+
+async def test_non_runtime_certificate_is_forbidden(listener: server.Bound, runtime_pki: Pki) -> None:
+    """A certificate of the runtime CA that is not in the runtimes organisation is refused."""
+    operator = pki.issue(runtime_pki.runtime_ca, common_name="skr-1", organizations=["operators"], client=True)
+    reply = await post(listener.events_url, runtime_pki.client_context(operator), events.encode(make_event()))
+    assert reply.status == 403 and "kyma-runtimes" in reply.body["error"]
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status", "complaint"),
+    [
+        pytest.param(b"{not json", "application/json", 400, "invalid change event", id="malformed-json"),
+        pytest.param(b'{"event_id": "x"}', "application/json", 400, "runtime: Field required", id="schema-invalid"),
+        pytest.param(b"x" * (events.MAX_EVENT_BYTES + 1), "application/json", 413, "over 1000000 bytes", id="oversize"),
+        pytest.param(b"{}", "text/plain", 415, "application/json", id="wrong-content-type"),
+    ],
+)
+async def test_bad_input_is_refused_with_a_clear_message(
+    listener: server.Bound, runtime_pki: Pki, body: bytes, content_type: str, status: int, complaint: str
+) -> None:
+    """Malformed, invalid, oversize and non-JSON bodies get 4xx with the reason; nothing is published."""
+    reply = await post(
+        listener.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")), body,
+        headers={"Content-Type": content_type},
+    )
+    assert reply.status == status
+    assert complaint in reply.body["error"]
+
+
+async def test_oversize_chunked_body_is_cut_off(listener: server.Bound, runtime_pki: Pki) -> None:
+    """A chunked body without Content-Length is refused once it passes the limit."""
+
+    async def endless() -> AsyncIterator[bytes]:
+        for _ in range(40):
+            yield b" " * 64 * 1024
+
+    reply = await post(listener.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")), endless())
+    assert reply.status == 413
+
+
+async def test_unknown_module_is_unprocessable(listener: server.Bound, runtime_pki: Pki, nats_client: Nats) -> None:
+    """An event routed to a module the listener does not know gets 422."""
+    event = make_event(module="no-such-module")
+    reply = await post(listener.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")), events.encode(event))
+    assert reply.status == 422 and "no-such-module" in reply.body["error"]
+
+
+async def test_runtime_over_its_rate_gets_429(
+    landscape: landscape_mod.Landscape, listener_config: ConfigFactory, runtime_pki: Pki
+) -> None:
+    """Past its burst a runtime gets 429 with Retry-After; another runtime is unaffected."""
+    config = listener_config(landscape.nats.url, rate_limit={"events_per_second": 0.5, "burst": 2})
+    async with server.serving(config, registry=CollectorRegistry()) as bound:
+        await wait_ready(bound)
+        noisy = runtime_pki.client_context(runtime_pki.runtime_cert("skr-1"))
+        statuses = [
+            (await post(bound.events_url, noisy, events.encode(make_event(uid=f"rl-{n}")))).status
+            for n in range(3)
+        ]
+        limited = await post(bound.events_url, noisy, events.encode(make_event(uid="rl-x")))
+        quiet = await post(
+            bound.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-2")),
+            events.encode(make_event("skr-2", uid="rl-q")),
+        )
+    assert statuses == [202, 202, 429]
+    assert limited.status == 429 and int(limited.headers["Retry-After"]) >= 1
+    assert quiet.status == 202
+
+
+async def test_nats_outage_gives_503_then_deliveries_resume(
+    private_nats: nats_mod.NatsServer, listener_config: ConfigFactory, runtime_pki: Pki
+) -> None:
+    """NATS stopped mid-run: 503 with Retry-After; restarted: the retried event is accepted and stored."""
+    context = runtime_pki.client_context(runtime_pki.runtime_cert("skr-1"))
+    async with server.serving(listener_config(private_nats.url), registry=CollectorRegistry()) as bound:
+        await wait_ready(bound)
+        assert (await post(bound.events_url, context, events.encode(make_event(uid="before")))).status == 202
+        private_nats.stop()
+        during = make_event(uid="during")
+        reply = await post(bound.events_url, context, events.encode(during))
+        assert reply.status == 503 and int(reply.headers["Retry-After"]) >= 1
+        private_nats.start()
+        private_nats.wait_ready()
+        deadline = asyncio.get_running_loop().time() + 20
+        while (reply := await post(bound.events_url, context, events.encode(during))).status == 503:
+            assert asyncio.get_running_loop().time() < deadline, "deliveries did not resume"
+            await asyncio.sleep(0.2)
+        assert reply.status == 202
+    connection = await bus.connect([private_nats.url], name="check")
+    try:
+        info = await connection.jetstream().stream_info(STREAM, subjects_filter=during.subject)
+        assert info.state.messages == 2
+    finally:
+        await connection.close()
+
+
+async def test_trace_context_is_carried_into_nats_headers(
+    listener: server.Bound, runtime_pki: Pki, nats_client: Nats, spans: InMemorySpanExporter
+) -> None:
+    """The request's traceparent parents the listener span, whose context goes into the NATS message."""
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    event = make_event(uid="traced")
+    reply = await post(
+        listener.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")), events.encode(event),
+        headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"},
+    )
+    assert reply.status == 202
+    [span] = [s for s in spans.get_finished_spans() if s.name == "POST /v1/events"]
+    assert span.context is not None and format(span.context.trace_id, "032x") == trace_id
+    assert span.attributes is not None and span.attributes["kyma.runtime"] == "skr-1"
+    consumer = await nats_client.jetstream().pull_subscribe(event.subject, stream=STREAM)
+    try:
+        messages = await consumer.fetch(256, timeout=1)
+    finally:
+        await consumer.unsubscribe()
+    [message] = [m for m in messages if (m.headers or {}).get(bus.MSG_ID_HEADER) == event.id]
+    assert message.headers is not None and message.headers["traceparent"].split("-")[1] == trace_id
+
+
+async def test_proxy_mode_trusts_forwarded_certificates_only_from_trusted_proxies(
+    landscape: landscape_mod.Landscape, listener_config: ConfigFactory, runtime_pki: Pki
+) -> None:
+    """Behind an ingress the forwarded certificate counts only when the request comes from a trusted proxy."""
+    forwarded = urllib.parse.quote(runtime_pki.runtime_cert("skr-1").cert_pem.decode())
+    header = "X-Forwarded-Client-Cert"
+    body = events.encode(make_event(uid="proxied"))
+    trusted = listener_config(landscape.nats.url, tls=None, proxy={"enabled": True, "trusted_proxies": ["127.0.0.0/8"]})
+    async with server.serving(trusted, registry=CollectorRegistry()) as bound:
+        await wait_ready(bound)
+        assert bound.events_url.startswith("http://")
+        accepted = await post(bound.events_url, None, body, headers={header: forwarded})
+        missing = await post(bound.events_url, None, body)
+        forged = await post(bound.events_url, None, body, headers={header: "garbage"})
+    assert accepted.status == 202
+    assert missing.status == 401
+    assert forged.status == 403
+    untrusted = listener_config(landscape.nats.url, tls=None, proxy={"enabled": True, "trusted_proxies": ["10.0.0.0/8"]})
+    async with server.serving(untrusted, registry=CollectorRegistry()) as bound:
+        await wait_ready(bound)
+        refused = await post(bound.events_url, None, body, headers={header: forwarded})
+    assert refused.status == 403 and "trusted proxy" in refused.body["error"]
+
+
+async def test_shutdown_drains_in_flight_requests(
+    landscape: landscape_mod.Landscape, listener_config: ConfigFactory, runtime_pki: Pki, nats_client: Nats
+) -> None:
+    """A request in flight when shutdown begins still completes with 202."""
+    event = make_event(uid="in-flight")
+    payload = events.encode(event)
+    body_started = asyncio.Event()
+
+    async def slow_body() -> AsyncIterator[bytes]:
+        yield payload[:10]
+        body_started.set()
+        await asyncio.sleep(1.0)
+        yield payload[10:]
+
+    context = runtime_pki.client_context(runtime_pki.runtime_cert("skr-1"))
+    async with server.serving(listener_config(landscape.nats.url), registry=CollectorRegistry()) as bound:
+        await wait_ready(bound)
+        in_flight = asyncio.create_task(post(bound.events_url, context, slow_body()))
+        await body_started.wait()
+        await asyncio.sleep(0.2)
+    reply = await in_flight
+    assert reply.status == 202
+    assert await stored_copies(nats_client, event) == 1
+
+
+async def test_two_listeners_side_by_side_store_an_event_once(
+    landscape: landscape_mod.Landscape, listener_config: ConfigFactory, runtime_pki: Pki, nats_client: Nats
+) -> None:
+    """Horizontal scaling: the same event through two listener processes is stored once."""
+    event = make_event(uid="two-listeners")
+    context = runtime_pki.client_context(runtime_pki.runtime_cert("skr-1"))
+    async with (
+        server.serving(listener_config(landscape.nats.url), registry=CollectorRegistry()) as first,
+        server.serving(listener_config(landscape.nats.url), registry=CollectorRegistry()) as second,
+    ):
+        await wait_ready(first)
+        await wait_ready(second)
+        replies = [await post(b.events_url, context, events.encode(event)) for b in (first, second)]
+    assert [r.status for r in replies] == [202, 202]
+    assert [r.body["duplicate"] for r in replies] == [False, True]
+    assert await stored_copies(nats_client, event) == 1
+
+
+async def test_metrics_count_outcomes(listener: server.Bound, runtime_pki: Pki) -> None:
+    """/metrics reports accepted and refused requests by outcome."""
+    context = runtime_pki.client_context(runtime_pki.runtime_cert("skr-1"))
+    await post(listener.events_url, context, events.encode(make_event(uid="metric")))
+    await post(listener.events_url, context, b"{bad")
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{listener.management_url}/metrics") as response:
+            text = await response.text()
+    assert 'kyma_listener_requests_total{outcome="accepted"} 1.0' in text
+    assert 'kyma_listener_requests_total{outcome="invalid"} 1.0' in text
