@@ -1,10 +1,56 @@
-"""Kubernetes API clients built from kubeconfig data."""
+"""Kubernetes API access: clients from kubeconfigs, and generic list/watch of any resource.
 
+List and watch go through ``ApiClient.call_api`` with raw JSON rather than the typed watch
+helper: the watcher handles arbitrary GVRs (core and custom) as plain dicts, needs bookmarks,
+and must read watch lines of up to ~1.5 MB, which a line-limited reader refuses.
+
+    KubeAPIError                  an error answer of the apiserver (status, reason)
+     ├── ResourceVersionExpired   410 Gone: relist
+     └── KubeUnavailableError     no answer at all (connection refused, timeout)
+"""
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+
+class KubeAPIError(RuntimeError):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"apiserver answered {status}: {reason}")
+        self.status = status
+        self.reason = reason
+
+
+class ResourceVersionExpired(KubeAPIError):
+    pass
+
+
+class KubeUnavailableError(KubeAPIError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Gvr:
+    group: str
+    version: str
+    resource: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        scope = f"/namespaces/{namespace}" if namespace else ""
+        return f"{base}{scope}/{self.resource}"
 
 
 async def api_client(kubeconfig: dict[str, Any]) -> client.ApiClient:
@@ -19,3 +65,97 @@ def read_kubeconfig(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{path} is not a kubeconfig document")
     return data
+
+
+def translate(exc: BaseException) -> KubeAPIError:
+    """Our error for a kubernetes_asyncio / aiohttp failure."""
+    if isinstance(exc, ApiException):
+        status = int(exc.status or 0)
+        kind = ResourceVersionExpired if status == 410 else KubeAPIError
+        return kind(status, str(exc.reason))
+    return KubeUnavailableError(0, repr(exc))
+
+
+_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+async def _get_raw(
+    api: client.ApiClient, path: str, query: list[tuple[str, str]], *, timeout: float | None
+) -> aiohttp.ClientResponse:
+    try:
+        response: aiohttp.ClientResponse = await api.call_api(
+            path,
+            "GET",
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
+    except (ApiException, *_TRANSPORT_ERRORS) as exc:
+        raise translate(exc) from exc
+    return response
+
+
+async def list_objects(
+    api: client.ApiClient, gvr: Gvr, *, namespace: str | None, label_selector: str | None
+) -> tuple[list[dict[str, Any]], str]:
+    """All matching objects as dicts, and the list's resourceVersion to watch from."""
+    query = [("labelSelector", label_selector)] if label_selector else []
+    response = await _get_raw(api, gvr.path(namespace), query, timeout=60)
+    try:
+        document = json.loads(await response.read())
+    except _TRANSPORT_ERRORS as exc:
+        raise translate(exc) from exc
+    finally:
+        response.release()
+    kind = gvr.resource
+    items: list[dict[str, Any]] = document.get("items") or []
+    for item in items:
+        # List items omit apiVersion/kind; events should carry whole objects.
+        item.setdefault("apiVersion", gvr.api_version)
+        item.setdefault("kind", document.get("kind", kind).removesuffix("List"))
+    return items, str(document["metadata"]["resourceVersion"])
+
+
+async def watch_objects(
+    api: client.ApiClient,
+    gvr: Gvr,
+    *,
+    namespace: str | None,
+    label_selector: str | None,
+    resource_version: str,
+    timeout_seconds: int,
+) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """(type, object) pairs — ADDED, MODIFIED, DELETED, BOOKMARK — until the server ends the watch."""
+    query = [
+        ("watch", "true"),
+        ("resourceVersion", resource_version),
+        ("allowWatchBookmarks", "true"),
+        ("timeoutSeconds", str(timeout_seconds)),
+    ]
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    response = await _get_raw(api, gvr.path(namespace), query, timeout=timeout_seconds + 30)
+    buffer = b""
+    try:
+        async for chunk in response.content.iter_any():
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    yield _watch_event(line)
+    except _TRANSPORT_ERRORS as exc:
+        raise translate(exc) from exc
+    finally:
+        response.release()
+
+
+def _watch_event(line: bytes) -> tuple[str, dict[str, Any]]:
+    event = json.loads(line)
+    kind, obj = event["type"], event["object"]
+    if kind == "ERROR":
+        status = int(obj.get("code") or 0)
+        error = ResourceVersionExpired if status == 410 else KubeAPIError
+        raise error(status, str(obj.get("message")))
+    return kind, obj

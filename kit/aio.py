@@ -31,3 +31,13 @@ class Backoff:
 
     def reset(self) -> None:
         self._next = 0.0
+
+
+async def wait_any(*events: asyncio.Event) -> None:
+    """Return as soon as one of ``events`` is set."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

@@ -1,0 +1,210 @@
+"""Watcher fixtures: a recording mTLS listener, a runtime namespace, agents to start and stop."""
+
+import asyncio
+import contextlib
+import dataclasses
+import ssl
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+from kubernetes_asyncio import client
+from prometheus_client import CollectorRegistry
+
+from certs import pki
+from contract import events
+from devenv import landscape as landscape_mod
+from devenv import net
+from watcher import agent as agent_mod
+
+SELECTOR_LABEL = "kyma-project.io/watched"
+MODULE = "test-module"
+
+
+@dataclasses.dataclass
+class RecordingListener:
+    """Stands in for the listener at the HTTP boundary: checks the client certificate, records events."""
+
+    url: str = ""
+    received: list[events.ChangeEvent] = dataclasses.field(default_factory=list)
+    available: bool = True
+    refused_while_down: int = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        if not self.available:
+            self.refused_while_down += 1
+            return web.json_response({"error": "down"}, status=503, headers={"Retry-After": "1"})
+        self.received.append(events.decode(await request.read()))
+        return web.json_response({"ok": True}, status=202)
+
+    def of(self, name: str) -> list[tuple[str, str]]:
+        return [(e.change_type.value, e.resource_version) for e in self.received if e.target.name == name]
+
+    async def wait_for(self, check: Callable[[], bool], *, timeout: float = 20) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not check():
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"timed out; received: {[(e.change_type, e.target.name) for e in self.received]}")
+            await asyncio.sleep(0.05)
+
+
+@dataclasses.dataclass
+class Runtime:
+    """One test's slice of the SKR: its own namespace (objects, lease, checkpoint) and credentials."""
+
+    namespace: str
+    directory: Path
+    api: client.ApiClient
+    core: client.CoreV1Api
+    listener: RecordingListener
+    tls: dict[str, str]
+
+    def config(self, **overrides: Any) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "runtime": "skr-1",
+            "listeners": [{"url": self.listener.url}],
+            "tls": self.tls,
+            "watches": [
+                {
+                    "version": "v1",
+                    "resource": "configmaps",
+                    "namespaces": [self.namespace],
+                    "label_selector": f"{SELECTOR_LABEL}=true",
+                    "module": MODULE,
+                    "ignore_fields": ["metadata.annotations"],
+                }
+            ],
+            "delivery": {"backoff_initial_seconds": 0.05, "backoff_max_seconds": 0.5},
+            "lease": {"namespace": self.namespace, "duration_seconds": 3, "renew_interval_seconds": 1},
+            "checkpoint": {"namespace": self.namespace, "interval_seconds": 0.2},
+            "management_port": 0,
+        }
+        document.update(overrides)
+        return document
+
+    def write_config(self, document: dict[str, Any], name: str = "watcher.yaml") -> Path:
+        path = self.directory / name
+        path.write_text(yaml.safe_dump(document))
+        return path
+
+    async def create(self, name: str, data: dict[str, str], *, labelled: bool = True) -> client.V1ConfigMap:
+        labels = {SELECTOR_LABEL: "true"} if labelled else {}
+        return await self.core.create_namespaced_config_map(
+            self.namespace,
+            client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name, labels=labels), data=data),
+            field_manager="kubectl",
+        )
+
+    async def update(self, name: str, data: dict[str, str], *, manager: str = "kubectl") -> client.V1ConfigMap:
+        return await self.core.patch_namespaced_config_map(
+            name, self.namespace, {"data": data}, field_manager=manager
+        )
+
+    async def delete(self, name: str) -> None:
+        await self.core.delete_namespaced_config_map(name, self.namespace)
+
+
+@dataclasses.dataclass
+class RunningAgent:
+    agent: agent_mod.Agent
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+
+    def relists(self) -> float:
+        return self.agent.metrics.registry.get_sample_value("kyma_watcher_relists_total") or 0.0
+
+    async def wait_synced(self, *, sources: int = 1, timeout: float = 20) -> None:
+        """Until this agent leads and has listed every watched resource once."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not (self.agent.leading and self.relists() >= sources):
+            assert asyncio.get_running_loop().time() < deadline, "agent did not sync"
+            await asyncio.sleep(0.05)
+
+    async def shutdown(self) -> None:
+        """A clean stop: the checkpoint is saved and the lease released."""
+        self.stop.set()
+        await self.task
+
+    async def crash(self) -> None:
+        """A kill: nothing is saved or released."""
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+@pytest.fixture
+async def recording_listener(tmp_path: Path) -> AsyncIterator[tuple[RecordingListener, pki.KeyPair, Path]]:
+    """A listener-shaped HTTPS endpoint requiring runtime client certs; yields it, the runtime CA, the server CA file."""
+    runtime_ca, server_ca = pki.create_ca("runtime-ca"), pki.create_ca("ingress-ca")
+    serving = pki.loopback_server_cert(server_ca, common_name="listener")
+    for name, data in {
+        "server.crt": serving.cert_pem, "server.key": serving.key_pem,
+        "runtime-ca.crt": runtime_ca.cert_pem, "ingress-ca.crt": server_ca.cert_pem,
+    }.items():
+        (tmp_path / name).write_bytes(data)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_cert_chain(tmp_path / "server.crt", tmp_path / "server.key")
+    context.load_verify_locations(tmp_path / "runtime-ca.crt")
+    recorder = RecordingListener()
+    app = web.Application()
+    app.router.add_post("/v1/events", recorder.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = net.free_port()
+    await web.TCPSite(runner, net.LOOPBACK, port, ssl_context=context).start()
+    recorder.url = f"https://{net.LOOPBACK}:{port}"
+    yield recorder, runtime_ca, tmp_path / "ingress-ca.crt"
+    await runner.cleanup()
+
+
+@pytest.fixture
+async def runtime(
+    landscape: landscape_mod.Landscape,
+    skr_api: client.ApiClient,
+    recording_listener: tuple[RecordingListener, pki.KeyPair, Path],
+    tmp_path: Path,
+) -> Runtime:
+    listener, runtime_ca, server_ca_file = recording_listener
+    cert = pki.runtime_client_cert(runtime_ca, "skr-1")
+    (tmp_path / "client.crt").write_bytes(cert.cert_pem)
+    (tmp_path / "client.key").write_bytes(cert.key_pem)
+    core = client.CoreV1Api(skr_api)
+    namespace = f"w-{uuid.uuid4().hex[:8]}"
+    await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    return Runtime(
+        namespace=namespace,
+        directory=tmp_path,
+        api=skr_api,
+        core=core,
+        listener=listener,
+        tls={
+            "cert_file": str(tmp_path / "client.crt"),
+            "key_file": str(tmp_path / "client.key"),
+            "ca_file": str(server_ca_file),
+        },
+    )
+
+
+
+
+@pytest.fixture
+def start_agent(runtime: Runtime) -> Callable[[Path, str], Any]:
+    @contextlib.asynccontextmanager
+    async def start(config_path: Path, identity: str = "watcher-0") -> AsyncIterator[RunningAgent]:
+        agent = agent_mod.Agent(
+            config_path=config_path, api=runtime.api, identity=identity, registry=CollectorRegistry()
+        )
+        stop = asyncio.Event()
+        running = RunningAgent(agent, stop, asyncio.create_task(agent.run(stop=stop)))
+        try:
+            yield running
+        finally:
+            if not running.task.done():
+                await running.shutdown()
+
+    return start

@@ -1,0 +1,175 @@
+"""The watcher against a real SKR apiserver: exactly the expected events reach the listener."""
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from contract import events
+from devenv import net
+
+from .conftest import MODULE, Runtime
+
+pytestmark = pytest.mark.integration
+
+QUIET = 1.0  # seconds without further events before "exactly these" is judged
+
+
+async def test_create_update_delete_produce_exactly_these_events(
+    runtime: Runtime, start_agent: Callable[..., Any]
+) -> None:
+    """ADDED, MODIFIED, DELETED for a watched object, in order; nothing for an unlabelled one."""
+    async with start_agent(runtime.write_config(runtime.config())) as running:
+        await running.wait_synced()
+        created = await runtime.create("cm-a", {"k": "1"})
+        await runtime.create("unwatched", {"k": "1"}, labelled=False)
+        await runtime.listener.wait_for(lambda: len(runtime.listener.of("cm-a")) == 1)
+        updated = await runtime.update("cm-a", {"k": "2"})
+        await runtime.listener.wait_for(lambda: len(runtime.listener.of("cm-a")) == 2)
+        await runtime.delete("cm-a")
+        await runtime.listener.wait_for(lambda: len(runtime.listener.of("cm-a")) == 3)
+        await asyncio.sleep(QUIET)
+    changes = runtime.listener.of("cm-a")
+    assert [kind for kind, _ in changes] == ["ADDED", "MODIFIED", "DELETED"]
+    assert changes[0][1] == created.metadata.resource_version
+    assert changes[1][1] == updated.metadata.resource_version
+    assert runtime.listener.of("unwatched") == []
+    assert all(e.module == MODULE and e.runtime == "skr-1" for e in runtime.listener.received)
+    added = runtime.listener.received[0]
+    assert added.body is not None and added.body["data"] == {"k": "1"}
+    assert "managedFields" not in added.body["metadata"]
+
+
+async def test_reconciler_writes_and_ignored_fields_produce_no_events(
+    runtime: Runtime, start_agent: Callable[..., Any]
+) -> None:
+    """A write by the ignored field manager and an annotation-only change are noise; a user edit is not."""
+    async with start_agent(runtime.write_config(runtime.config())) as running:
+        await running.wait_synced()
+        await runtime.create("cm-b", {"k": "1"})
+        await runtime.listener.wait_for(lambda: len(runtime.listener.of("cm-b")) == 1)
+        await runtime.update("cm-b", {"k": "by-reconciler"}, manager="kyma-sync-reconciler")
+        await runtime.core.patch_namespaced_config_map(
+            "cm-b", runtime.namespace, {"metadata": {"annotations": {"touched": "yes"}}}, field_manager="kubectl"
+        )
+        await asyncio.sleep(QUIET)
+        assert [kind for kind, _ in runtime.listener.of("cm-b")] == ["ADDED"]
+        user_edit = await runtime.update("cm-b", {"k": "by-user"})
+        await runtime.listener.wait_for(lambda: len(runtime.listener.of("cm-b")) == 2)
+        noise = running.agent.metrics.registry.get_sample_value
+        assert noise("kyma_watcher_events_noise_total", {"reason": "ignored_field_manager"}) == 1
+        assert noise("kyma_watcher_events_noise_total", {"reason": "ignored_fields_only"}) == 1
+    assert runtime.listener.of("cm-b")[-1] == ("MODIFIED", user_edit.metadata.resource_version)
+
+
+async def test_restart_resumes_without_losing_changes_made_while_down(
+    runtime: Runtime, start_agent: Callable[..., Any]
+) -> None:
+    """Changes made while no watcher ran arrive as RESYNC/DELETED after a restart; unchanged objects are not resent."""
+    config = runtime.write_config(runtime.config())
+    async with start_agent(config) as running:
+        await running.wait_synced()
+        for name in ("keep", "change", "remove"):
+            await runtime.create(name, {"k": "1"})
+        await runtime.listener.wait_for(lambda: len(runtime.listener.received) == 3)
+        await asyncio.sleep(0.5)  # a checkpoint interval, so the deliveries are saved
+    changed = await runtime.update("change", {"k": "2"})
+    await runtime.delete("remove")
+    added = await runtime.create("new", {"k": "1"})
+    runtime.listener.received.clear()
+    async with start_agent(config) as running:
+        await running.wait_synced()
+        await runtime.listener.wait_for(lambda: len(runtime.listener.received) >= 3)
+        await asyncio.sleep(QUIET)
+    assert runtime.listener.of("change") == [("RESYNC", changed.metadata.resource_version)]
+    assert runtime.listener.of("new") == [("RESYNC", added.metadata.resource_version)]
+    assert [kind for kind, _ in runtime.listener.of("remove")] == ["DELETED"]
+    assert runtime.listener.of("keep") == []
+
+
+async def test_follower_takes_over_when_the_leader_dies(
+    runtime: Runtime, start_agent: Callable[..., Any]
+) -> None:
+    """Two pods: one sends; when it is killed the other leads within a few seconds and nothing is lost."""
+    config = runtime.write_config(runtime.config())
+    async with start_agent(config, "pod-a") as first, start_agent(config, "pod-b") as second:
+        await runtime.listener.wait_for(lambda: first.agent.leading or second.agent.leading)
+        leader, follower = (first, second) if first.agent.leading else (second, first)
+        await leader.wait_synced()
+        await asyncio.sleep(0.5)
+        assert not follower.agent.leading
+        await runtime.create("before", {"k": "1"})
+        await runtime.listener.wait_for(lambda: len(runtime.listener.of("before")) == 1)
+        await asyncio.sleep(0.5)
+        await leader.crash()
+        killed_at = asyncio.get_running_loop().time()
+        during = await runtime.create("during-failover", {"k": "1"})
+        await runtime.listener.wait_for(lambda: follower.agent.leading, timeout=15)
+        took_over = asyncio.get_running_loop().time() - killed_at
+        await runtime.listener.wait_for(lambda: len(runtime.listener.of("during-failover")) >= 1)
+    assert took_over < 6, f"takeover took {took_over:.1f}s"
+    assert runtime.listener.of("during-failover")[-1][1] == during.metadata.resource_version
+    assert len(runtime.listener.of("before")) >= 1
+
+
+async def test_listener_down_for_a_while_then_every_distinct_change_arrives(
+    runtime: Runtime, start_agent: Callable[..., Any]
+) -> None:
+    """With the listener answering 503, changes queue up; once it is back, the latest version of each object arrives."""
+    async with start_agent(runtime.write_config(runtime.config())) as running:
+        await running.wait_synced()
+        runtime.listener.available = False
+        latest: dict[str, str] = {}
+        for n in range(20):
+            latest[f"obj-{n}"] = (await runtime.create(f"obj-{n}", {"k": "1"})).metadata.resource_version
+        for n in range(0, 20, 2):
+            latest[f"obj-{n}"] = (await runtime.update(f"obj-{n}", {"k": "2"})).metadata.resource_version
+        await runtime.listener.wait_for(lambda: runtime.listener.refused_while_down > 0)
+        await asyncio.sleep(1.0)
+        runtime.listener.available = True
+        await runtime.listener.wait_for(
+            lambda: all(runtime.listener.of(n) and runtime.listener.of(n)[-1][1] == rv for n, rv in latest.items())
+        )
+    assert {e.target.name for e in runtime.listener.received} == set(latest)
+
+
+async def test_second_endpoint_is_used_when_the_first_is_unreachable(
+    runtime: Runtime, start_agent: Callable[..., Any]
+) -> None:
+    """A dead primary listener address fails over to the second one."""
+    dead = f"https://{net.LOOPBACK}:{net.free_port()}"
+    config = runtime.config(listeners=[{"url": dead}, {"url": runtime.listener.url}])
+    async with start_agent(runtime.write_config(config)) as running:
+        await running.wait_synced()
+        await runtime.create("via-second", {"k": "1"})
+        await runtime.listener.wait_for(lambda: len(runtime.listener.of("via-second")) == 1)
+
+
+async def test_oversize_object_is_reported_as_a_reference(
+    runtime: Runtime, start_agent: Callable[..., Any]
+) -> None:
+    """An object whose event would pass 1 MB arrives as a reference-only event, not dropped."""
+    async with start_agent(runtime.write_config(runtime.config())) as running:
+        await running.wait_synced()
+        await runtime.create("huge", {"blob": "x" * (events.MAX_EVENT_BYTES + 10_000)})
+        await runtime.listener.wait_for(lambda: len(runtime.listener.of("huge")) == 1)
+    [event] = [e for e in runtime.listener.received if e.target.name == "huge"]
+    assert event.reference_only and event.body is None
+
+
+async def test_paused_module_reports_nothing_until_unpaused_then_catches_up(
+    runtime: Runtime, start_agent: Callable[..., Any]
+) -> None:
+    """Pausing by config reload stops reports; unpausing sends what changed meanwhile, without a restart."""
+    config_path = runtime.write_config(runtime.config())
+    async with start_agent(config_path) as running:
+        await running.wait_synced()
+        runtime.write_config(runtime.config(paused_modules=[MODULE]))
+        await runtime.listener.wait_for(lambda: running.relists() >= 2)
+        created = await runtime.create("while-paused", {"k": "1"})
+        await asyncio.sleep(QUIET)
+        assert runtime.listener.of("while-paused") == []
+        runtime.write_config(runtime.config())
+        await runtime.listener.wait_for(lambda: len(runtime.listener.of("while-paused")) == 1)
+    assert runtime.listener.of("while-paused") == [("RESYNC", created.metadata.resource_version)]

@@ -1,0 +1,112 @@
+"""The watcher process: configuration reloads, leader election, the pipeline while leader.
+
+Followers stay warm — configuration loaded, API client and health endpoints up, campaigning for
+the lease — and start the pipeline the moment they win it. A configuration change restarts the
+pipeline, which relists against the checkpoint: nothing is lost across the restart, and a
+module unpaused gets what changed meanwhile as RESYNC.
+"""
+
+import asyncio
+import logging
+from pathlib import Path
+
+import prometheus_client
+from aiohttp import web
+from kubernetes_asyncio import client
+from prometheus_client import CollectorRegistry
+
+from kit import aio
+from watcher import config, lease, metrics, pipeline
+
+log = logging.getLogger(__name__)
+
+_CONFIG_POLL_SECONDS = 1.0
+
+
+class Agent:
+    def __init__(
+        self,
+        *,
+        config_path: Path,
+        api: client.ApiClient,
+        identity: str,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self._config_path = config_path
+        self._api = api
+        self.settings = config.load(config_path)
+        self.metrics = metrics.WatcherMetrics(registry or CollectorRegistry())
+        self.elector = lease.LeaderElector(api, self.settings.lease, identity=identity)
+        self._reconfigured = asyncio.Event()
+        self.management_url: str | None = None
+
+    @property
+    def leading(self) -> bool:
+        return self.elector.leading
+
+    async def run(self, *, stop: asyncio.Event) -> None:
+        runner = web.AppRunner(self._management_app(), access_log=None)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "0.0.0.0", self.settings.management_port)
+            await site.start()
+            host, port = runner.addresses[0][:2]
+            self.management_url = f"http://{host}:{port}"
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._follow_config(stop=stop))
+                group.create_task(self.elector.run(stop=stop, lead=self._lead))
+        finally:
+            await runner.cleanup()
+
+    async def _lead(self, lost: asyncio.Event) -> None:
+        self.metrics.leader.set(1)
+        try:
+            while not lost.is_set():
+                self._reconfigured.clear()
+                pipeline_stop = asyncio.Event()
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(
+                        pipeline.run(
+                            api=self._api, settings=self.settings, watcher_metrics=self.metrics, stop=pipeline_stop
+                        )
+                    )
+                    await aio.wait_any(lost, self._reconfigured)
+                    pipeline_stop.set()
+        finally:
+            self.metrics.leader.set(0)
+
+    async def _follow_config(self, *, stop: asyncio.Event) -> None:
+        stamp = self._config_path.stat().st_mtime_ns
+        while not await aio.sleep_unless(stop, _CONFIG_POLL_SECONDS):
+            try:
+                current = self._config_path.stat().st_mtime_ns
+                if current == stamp:
+                    continue
+                stamp = current
+                updated = config.load(self._config_path)
+            except (OSError, ValueError) as exc:
+                log.error("new watcher configuration is invalid; keeping the old one", extra={"error": str(exc)})
+                continue
+            if updated != self.settings:
+                log.info("watcher configuration changed, restarting the pipeline")
+                self.settings = updated
+                self._reconfigured.set()
+
+    def _management_app(self) -> web.Application:
+        async def healthz(request: web.Request) -> web.Response:
+            return web.Response(text="ok")
+
+        async def readyz(request: web.Request) -> web.Response:
+            return web.Response(text="leader" if self.leading else "follower")
+
+        async def metrics_endpoint(request: web.Request) -> web.Response:
+            return web.Response(
+                body=prometheus_client.generate_latest(self.metrics.registry),
+                headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST},
+            )
+
+        app = web.Application()
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz)
+        app.router.add_get("/metrics", metrics_endpoint)
+        return app

@@ -1,0 +1,73 @@
+"""``kyma-watcher``: the change-detection agent of one runtime."""
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pydantic
+from kubernetes_asyncio import client, config
+
+from clients import kube
+from observability import logs, tracing
+from watcher import agent
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kyma-watcher",
+        description="Watch the configured resources of this runtime and post their changes to "
+        "the KCP listener over mTLS. Run one per node; a Lease picks the single active sender.",
+    )
+    parser.add_argument("--config", required=True, type=Path, help="watcher YAML configuration (reloaded on change)")
+    parser.add_argument(
+        "--kubeconfig", type=Path, help="kubeconfig of the runtime (default: in-cluster service account)"
+    )
+    parser.add_argument(
+        "--identity",
+        default=os.environ.get("POD_NAME") or socket.gethostname(),
+        help="this candidate's name in the Lease (default: $POD_NAME, else the host name)",
+    )
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--trace-exporter", choices=["none", "console"], default="none")
+    return parser
+
+
+async def _api(kubeconfig: Path | None) -> client.ApiClient:
+    if kubeconfig is not None:
+        return await kube.api_client(kube.read_kubeconfig(kubeconfig))
+    configuration = client.Configuration()
+    config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return client.ApiClient(configuration=configuration)
+
+
+async def _run(args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with await _api(args.kubeconfig) as api:
+        await agent.Agent(config_path=args.config, api=api, identity=args.identity).run(stop=stop)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logs.configure(level=args.log_level)
+    tracing.configure(service_name="kyma-watcher", exporter=args.trace_exporter)
+    try:
+        asyncio.run(_run(args))
+    except (ValueError, pydantic.ValidationError) as exc:
+        print(f"kyma-watcher: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, config.ConfigException) as exc:
+        print(f"kyma-watcher: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Watcher configuration: a YAML file (mounted from a ConfigMap), re-read when it changes."""
+
+from pathlib import Path
+from typing import Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from clients import kube
+from contract import ids
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WatchSpec(_Section):
+    """One resource to watch, and the module its changes are routed to."""
+
+    group: str = Field(default="", description='API group; "" for core')
+    version: str
+    resource: str = Field(description="plural resource name, e.g. configmaps")
+    namespaces: tuple[str, ...] | None = Field(
+        default=None, description="namespaces to watch; all namespaces when omitted"
+    )
+    label_selector: str = Field(
+        description="only kyma-related objects are reported, so a selector is required",
+        min_length=1,
+    )
+    module: ids.ModuleNameField
+    ignore_fields: tuple[str, ...] = Field(
+        default=(), description="dotted paths whose changes alone are noise, e.g. status"
+    )
+
+    @property
+    def gvr(self) -> kube.Gvr:
+        return kube.Gvr(self.group, self.version, self.resource)
+
+    @property
+    def key(self) -> str:
+        """Identifies the watch in checkpoints; stable across config reloads."""
+        scope = ",".join(self.namespaces) if self.namespaces else "*"
+        return f"{self.gvr.api_version}/{self.resource}|{scope}|{self.label_selector}|{self.module}"
+
+
+class ListenerEndpoint(_Section):
+    url: str = Field(pattern=r"^https?://", description="base URL; events go to <url>/v1/events")
+
+
+class TlsSettings(_Section):
+    cert_file: Path = Field(description="the runtime's client certificate (renewed in place)")
+    key_file: Path
+    ca_file: Path = Field(description="CA bundle that signed the listener's certificate")
+
+
+class DeliverySettings(_Section):
+    senders: int = Field(default=4, ge=1, le=64, description="concurrent requests to the listener")
+    queue_size: int = Field(
+        default=10_000, ge=1, description="distinct objects pending; the watch waits when full"
+    )
+    request_timeout_seconds: float = Field(default=10, gt=0)
+    backoff_initial_seconds: float = Field(default=0.2, gt=0)
+    backoff_max_seconds: float = Field(default=30, gt=0)
+
+
+class LeaseSettings(_Section):
+    namespace: str = "kyma-system"
+    name: str = "kyma-watcher"
+    duration_seconds: float = Field(default=6, gt=0, description="a leader silent this long is replaced")
+    renew_interval_seconds: float = Field(default=2, gt=0)
+
+    @model_validator(mode="after")
+    def _renew_within_duration(self) -> Self:
+        if self.renew_interval_seconds >= self.duration_seconds:
+            raise ValueError("renew_interval_seconds must be shorter than duration_seconds")
+        return self
+
+
+class CheckpointSettings(_Section):
+    """Where the last delivered resourceVersions are kept, so a restart resends only changes."""
+
+    namespace: str = "kyma-system"
+    config_map: str = "kyma-watcher-checkpoint"
+    interval_seconds: float = Field(default=2, gt=0)
+
+
+class WatcherConfig(_Section):
+    runtime: ids.RuntimeIdField = Field(description="this runtime's Kyma name (its certificate's CN)")
+    listeners: tuple[ListenerEndpoint, ...] = Field(
+        min_length=1, max_length=2, description="primary endpoint, and a second used when it is unreachable"
+    )
+    tls: TlsSettings
+    watches: tuple[WatchSpec, ...] = Field(min_length=1)
+    ignore_field_managers: tuple[str, ...] = Field(
+        default=("kyma-sync-reconciler",),
+        description="writes by these field managers (our reconcilers) are not reported",
+    )
+    paused: bool = Field(default=False, description="report nothing from this runtime")
+    paused_modules: tuple[ids.ModuleNameField, ...] = ()
+    delivery: DeliverySettings = DeliverySettings()
+    lease: LeaseSettings = LeaseSettings()
+    checkpoint: CheckpointSettings = CheckpointSettings()
+    management_port: int = Field(default=9091, ge=0, le=65535, description="/healthz /readyz /metrics")
+    watch_timeout_seconds: int = Field(default=300, ge=5, description="server-side watch timeout")
+
+    @model_validator(mode="after")
+    def _unique_watches(self) -> Self:
+        keys = [w.key for w in self.watches]
+        if len(keys) != len(set(keys)):
+            raise ValueError("two watches have the same resource, scope, selector and module")
+        return self
+
+    def is_paused(self, module: str) -> bool:
+        return self.paused or module in self.paused_modules
+
+
+def load(path: Path) -> WatcherConfig:
+    try:
+        document = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"cannot read watcher config {path}: {exc}") from exc
+    return WatcherConfig.model_validate(document)

@@ -1,0 +1,113 @@
+"""The leader's work: sources feed the queue, senders drain it, the checkpoint follows deliveries."""
+
+import asyncio
+import logging
+
+from kubernetes_asyncio import client
+
+from clients import kube
+from contract import ids
+from kit import aio
+from watcher import checkpoint, config, delivery, metrics, noise, source
+from watcher import queue as queue_mod
+
+log = logging.getLogger(__name__)
+
+
+async def _load_checkpoint(store: checkpoint.CheckpointStore, *, stop: asyncio.Event) -> checkpoint.Checkpoint | None:
+    backoff = aio.Backoff(initial=0.5)
+    while not stop.is_set():
+        try:
+            return await store.load()
+        except kube.KubeAPIError as exc:
+            log.warning("cannot read the checkpoint yet", extra={"error": str(exc)})
+            await aio.sleep_unless(stop, backoff.delay())
+    return None
+
+
+async def _send(
+    *,
+    queue: queue_mod.CoalescingQueue,
+    sender: delivery.Delivery,
+    state: checkpoint.Checkpoint,
+    watcher_metrics: metrics.WatcherMetrics,
+    stop: asyncio.Event,
+) -> None:
+    while True:
+        item = await queue.get()
+        try:
+            outcome = await sender.deliver(
+                item.event, item.payload, stop=stop, superseded=lambda: queue.superseded(item)
+            )
+            if outcome == delivery.Outcome.DELIVERED:
+                watcher_metrics.sent.labels(item.event.module).inc()
+            if outcome in (delivery.Outcome.DELIVERED, delivery.Outcome.REJECTED):
+                state.record(item.watch_key, item.event)
+        finally:
+            await queue.done(item)
+            watcher_metrics.queue_depth.set(queue.depth)
+
+
+async def _keep_checkpoint(
+    store: checkpoint.CheckpointStore, state: checkpoint.Checkpoint, *, interval: float, stop: asyncio.Event
+) -> None:
+    while True:
+        stopping = await aio.sleep_unless(stop, interval)
+        if state.dirty:
+            try:
+                await store.save(state)
+            except kube.KubeAPIError as exc:
+                log.warning("checkpoint not saved, retrying", extra={"error": str(exc)})
+        if stopping:
+            return
+
+
+async def run(
+    *,
+    api: client.ApiClient,
+    settings: config.WatcherConfig,
+    watcher_metrics: metrics.WatcherMetrics,
+    stop: asyncio.Event,
+) -> None:
+    """Watch, filter, queue and deliver until ``stop``; then save the checkpoint one last time."""
+    store = checkpoint.CheckpointStore(api, settings.checkpoint)
+    state = await _load_checkpoint(store, stop=stop)
+    if state is None:
+        return
+    queue = queue_mod.CoalescingQueue(maxsize=settings.delivery.queue_size)
+    sender = delivery.Delivery(settings, watcher_metrics)
+    sources = [
+        source.Source(
+            api=api,
+            spec=spec,
+            namespace=namespace,
+            runtime=ids.RuntimeId(settings.runtime),
+            noise_filter=noise.NoiseFilter(
+                ignore_fields=spec.ignore_fields, ignore_managers=settings.ignore_field_managers
+            ),
+            queue=queue,
+            state=state,
+            watcher_metrics=watcher_metrics,
+            paused=settings.is_paused,
+            watch_timeout_seconds=settings.watch_timeout_seconds,
+        )
+        for spec in settings.watches
+        for namespace in (spec.namespaces or (None,))
+    ]
+    try:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(
+                _keep_checkpoint(store, state, interval=settings.checkpoint.interval_seconds, stop=stop)
+            )
+            # Sources block in watches and senders in the queue: they are cancelled, not asked.
+            cancellable = [group.create_task(s.run(stop=stop)) for s in sources] + [
+                group.create_task(
+                    _send(queue=queue, sender=sender, state=state, watcher_metrics=watcher_metrics, stop=stop)
+                )
+                for _ in range(settings.delivery.senders)
+            ]
+            await stop.wait()
+            for task in cancellable:
+                task.cancel()
+    finally:
+        await sender.close()

@@ -1,0 +1,176 @@
+"""List+watch of one watched resource in one namespace scope, turned into queued events.
+
+A (re)list is compared with the checkpoint: changed objects are reported as RESYNC, vanished
+ones as DELETED. The watch then resumes from the list's resourceVersion, follows bookmarks,
+and on 410 Gone relists. API errors back off and retry; nothing ends the loop but ``stop``.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client
+from opentelemetry import trace
+
+from clients import kube
+from contract import errors as contract_errors
+from contract import events, ids
+from kit import aio
+from observability import tracing
+from watcher import checkpoint, config, metrics, noise
+from watcher import queue as queue_mod
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("kyma.watcher")
+
+_BODY_STRIPPED = ("metadata.managedFields",)
+
+
+class Source:
+    def __init__(
+        self,
+        *,
+        api: client.ApiClient,
+        spec: config.WatchSpec,
+        namespace: str | None,
+        runtime: ids.RuntimeId,
+        noise_filter: noise.NoiseFilter,
+        queue: queue_mod.CoalescingQueue,
+        state: checkpoint.Checkpoint,
+        watcher_metrics: metrics.WatcherMetrics,
+        paused: Callable[[str], bool],
+        watch_timeout_seconds: int,
+    ) -> None:
+        self._api = api
+        self._spec = spec
+        self._namespace = namespace
+        self._runtime = runtime
+        self._noise = noise_filter
+        self._queue = queue
+        self._checkpoint = state
+        self._metrics = watcher_metrics
+        self._paused = paused
+        self._watch_timeout = watch_timeout_seconds
+        self._seen: dict[str, noise.Seen] = {}
+
+    @property
+    def _watch_key(self) -> str:
+        return self._spec.key
+
+    async def run(self, *, stop: asyncio.Event) -> None:
+        backoff = aio.Backoff(initial=0.2, maximum=10)
+        while not stop.is_set():
+            try:
+                resource_version = await self._relist()
+                backoff.reset()
+                while not stop.is_set():
+                    resource_version = await self._watch(resource_version)
+            except kube.ResourceVersionExpired:
+                log.info("watch expired (410), relisting", extra={"resource": self._spec.resource})
+            except kube.KubeAPIError as exc:
+                delay = backoff.delay()
+                log.warning(
+                    "apiserver error, backing off",
+                    extra={"resource": self._spec.resource, "error": str(exc), "retry_in": round(delay, 2)},
+                )
+                await aio.sleep_unless(stop, delay)
+
+    async def _relist(self) -> str:
+        items, resource_version = await kube.list_objects(
+            self._api, self._spec.gvr, namespace=self._namespace, label_selector=self._spec.label_selector
+        )
+        present = set()
+        for obj in items:
+            uid = obj["metadata"]["uid"]
+            present.add(uid)
+            if self._checkpoint.resource_version(self._watch_key, uid) == obj["metadata"]["resourceVersion"]:
+                self._seen.setdefault(uid, self._noise.seen(obj))
+                continue
+            await self._observe(events.ChangeType.RESYNC, obj)
+        for uid, entry in self._checkpoint.of_watch(self._watch_key).items():
+            if uid not in present and self._in_scope(entry.namespace):
+                await self._observe(events.ChangeType.DELETED, _tombstone(uid, entry, self._spec), tombstone=True)
+        self._metrics.relists.inc()
+        return resource_version
+
+    def _in_scope(self, namespace: str | None) -> bool:
+        return self._namespace is None or namespace == self._namespace
+
+    async def _watch(self, resource_version: str) -> str:
+        async for kind, obj in kube.watch_objects(
+            self._api,
+            self._spec.gvr,
+            namespace=self._namespace,
+            label_selector=self._spec.label_selector,
+            resource_version=resource_version,
+            timeout_seconds=self._watch_timeout,
+        ):
+            resource_version = obj["metadata"]["resourceVersion"]
+            if kind != "BOOKMARK":
+                await self._observe(events.ChangeType(kind), obj)
+        return resource_version
+
+    async def _observe(
+        self, change_type: events.ChangeType, obj: dict[str, Any], *, tombstone: bool = False
+    ) -> None:
+        uid = obj["metadata"]["uid"]
+        self._metrics.seen.labels(self._spec.module).inc()
+        verdict, seen = self._noise.classify(change_type, obj, self._seen.get(uid))
+        if change_type == events.ChangeType.DELETED:
+            self._seen.pop(uid, None)
+        else:
+            self._seen[uid] = seen
+        item = self._item(change_type, obj, body=None if tombstone else noise.without_fields(obj, _BODY_STRIPPED))
+        if verdict != noise.Verdict.REPORT:
+            self._metrics.noise.labels(verdict.value).inc()
+            # Moving the checkpoint past noise is safe only if no real change is still undelivered.
+            if not self._queue.holds(item.key):
+                self._checkpoint.record(self._watch_key, item.event)
+            return
+        if self._paused(self._spec.module):
+            return
+        await self._queue.put(item)
+
+    def _item(
+        self, change_type: events.ChangeType, obj: dict[str, Any], *, body: dict[str, Any] | None
+    ) -> queue_mod.Item:
+        metadata = obj["metadata"]
+        with tracer.start_as_current_span("watcher.observe") as span:
+            span.set_attributes({"kyma.object": metadata["name"], "kyma.change": change_type.value})
+            carrier: dict[str, str] = {}
+            tracing.inject(carrier)
+        event = events.ChangeEvent.create(
+            runtime=self._runtime,
+            module=ids.ModuleName(self._spec.module),
+            target=events.WatchedObject(
+                group=self._spec.group,
+                version=self._spec.version,
+                resource=self._spec.resource,
+                kind=obj["kind"],
+                namespace=metadata.get("namespace"),
+                name=metadata["name"],
+                uid=metadata["uid"],
+            ),
+            resource_version=metadata["resourceVersion"],
+            change_type=change_type,
+            body=body,
+            observed_at=datetime.now(UTC),
+            trace=events.TraceContext(traceparent=carrier["traceparent"]) if "traceparent" in carrier else None,
+        )
+        try:
+            return queue_mod.Item(self._watch_key, event, events.encode(event))
+        except contract_errors.EventTooLargeError:
+            self._metrics.oversize.inc()
+            log.warning("object too large for an event, sending a reference", extra={"object": metadata["name"]})
+            reference = event.as_reference()
+            return queue_mod.Item(self._watch_key, reference, events.encode(reference))
+
+
+def _tombstone(uid: str, entry: checkpoint.Entry, spec: config.WatchSpec) -> dict[str, Any]:
+    """What is known of an object that vanished while nobody watched: its checkpoint entry."""
+    metadata: dict[str, Any] = {"uid": uid, "name": entry.name, "resourceVersion": entry.resource_version}
+    if entry.namespace:
+        metadata["namespace"] = entry.namespace
+    return {"apiVersion": spec.gvr.api_version, "kind": entry.kind, "metadata": metadata}
