@@ -13,7 +13,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from certs import pki
-from clients import bus
 from contract import events, ids
 from devenv import landscape as landscape_mod
 from listener import server, settings
@@ -70,8 +69,7 @@ def listener_config(runtime_pki: Pki) -> ConfigFactory:
                 "key_file": runtime_pki.directory / "server.key",
             },
             "trust": {"client_ca_file": runtime_pki.directory / "runtime-ca.crt", "reload_interval_seconds": 0.2},
-            "nats": {"servers": [nats_url], "publish_timeout_seconds": 1.0,
-                     "stream": bus.StreamSettings(name="LISTENER_TEST").model_dump()},
+            "nats": {"servers": [nats_url], "publish_timeout_seconds": 1.0},
             "shutdown_grace_seconds": 5,
         }
         document.update(overrides)

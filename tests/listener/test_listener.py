@@ -24,7 +24,7 @@ from .conftest import ConfigFactory, Pki, make_event, post, wait_ready
 
 pytestmark = pytest.mark.integration
 
-STREAM = "LISTENER_TEST"
+STREAM = bus.StreamSettings().name
 
 
 async def stored_copies(nats_client: Nats, event: events.ChangeEvent) -> int:
