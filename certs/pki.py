@@ -115,7 +115,9 @@ def issue(
     key = new_private_key()
     attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
     attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
-    start = not_before or (_now() - _CLOCK_SKEW)
+    issued_at = not_before or _now()
+    # Backdated for clock skew, but never by a large part of a short lifetime.
+    valid_from = issued_at if not_before else issued_at - min(_CLOCK_SKEW, lifetime / 10)
     usages = [ExtendedKeyUsageOID.SERVER_AUTH] * server + [ExtendedKeyUsageOID.CLIENT_AUTH] * client
     builder = (
         x509.CertificateBuilder()
@@ -123,8 +125,8 @@ def issue(
         .issuer_name(ca.certificate.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(start + lifetime)
+        .not_valid_before(valid_from)
+        .not_valid_after(issued_at + lifetime)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(

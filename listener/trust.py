@@ -13,6 +13,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from certs import identity
@@ -30,7 +31,7 @@ def _now() -> datetime.datetime:
 class TrustStore:
     authorities: tuple[x509.Certificate, ...]
     revoked: frozenset[tuple[bytes, int]]
-    """(issuer name DER, serial) of every revoked certificate."""
+    """(issuing CA's SHA-256 fingerprint, serial) of every revoked certificate."""
 
     @classmethod
     def load(cls, *, ca_file: Path, crl_file: Path | None) -> "TrustStore":
@@ -41,25 +42,23 @@ class TrustStore:
         if crl_file is not None:
             for crl in _load_crls(crl_file.read_bytes()):
                 issuer = _issuer_of(crl, authorities)
-                revoked.update((issuer.subject.public_bytes(), entry.serial_number) for entry in crl)
+                revoked.update((_fingerprint(issuer), entry.serial_number) for entry in crl)
         return cls(authorities=authorities, revoked=frozenset(revoked))
 
     def runtime_of(self, certificate: x509.Certificate, *, now: datetime.datetime) -> ids.RuntimeId:
         """The runtime ``certificate`` identifies, or Forbidden with the reason."""
         if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
             raise errors.Forbidden("client certificate is expired or not yet valid")
-        issuer = next(
-            (ca for ca in self.authorities if ca.subject == certificate.issuer), None
-        )
-        if issuer is None:
+        # Old and new CA of a rotation usually share a name: the signature decides.
+        candidates = [ca for ca in self.authorities if ca.subject == certificate.issuer]
+        if not candidates:
             raise errors.Forbidden("client certificate is not issued by a trusted runtime CA")
-        try:
-            certificate.verify_directly_issued_by(issuer)
-        except (InvalidSignature, ValueError, TypeError) as exc:
-            raise errors.Forbidden("client certificate signature does not verify") from exc
+        issuer = next((ca for ca in candidates if _signed_by(certificate, ca)), None)
+        if issuer is None:
+            raise errors.Forbidden("client certificate signature does not verify")
         if not issuer.not_valid_before_utc <= now <= issuer.not_valid_after_utc:
             raise errors.Forbidden("the CA of the client certificate is expired")
-        if (issuer.subject.public_bytes(), certificate.serial_number) in self.revoked:
+        if (_fingerprint(issuer), certificate.serial_number) in self.revoked:
             raise errors.Forbidden("client certificate is revoked")
         try:
             usages = certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
@@ -71,6 +70,18 @@ class TrustStore:
             return identity.runtime_of(certificate)
         except identity.NotARuntimeCertificateError as exc:
             raise errors.Forbidden(str(exc)) from exc
+
+
+def _fingerprint(ca: x509.Certificate) -> bytes:
+    return ca.fingerprint(hashes.SHA256())
+
+
+def _signed_by(certificate: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        certificate.verify_directly_issued_by(ca)
+    except (InvalidSignature, ValueError, TypeError):
+        return False
+    return True
 
 
 def _load_crls(data: bytes) -> list[x509.CertificateRevocationList]:

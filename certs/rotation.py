@@ -1,0 +1,149 @@
+"""Keeping every runtime's credentials fresh: the client certificate and module kubeconfigs.
+
+A runtime certificate is renewed when 2/3 of its lifetime has passed, when it was issued by a
+CA that is no longer current (CA rotation), or when the trust bundle beside it changed. It is
+written into the runtime as the Secret the watcher mounts; kubelet updates the files and the
+watcher picks them up without a restart. Failures are per runtime: one unreachable runtime
+never stops the others.
+"""
+
+import asyncio
+import base64
+import dataclasses
+import datetime
+import logging
+import random
+
+from cryptography import x509
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from certs import access, authority, pki, runtimes, stores
+from clients import kube
+from kit import aio
+
+log = logging.getLogger(__name__)
+
+RUNTIME_SECRET_NAMESPACE = "kyma-system"
+RUNTIME_SECRET_NAME = "kyma-watcher-certificate"
+
+
+@dataclasses.dataclass(frozen=True)
+class RotationSettings:
+    certificate_lifetime: datetime.timedelta = pki.DEFAULT_CERT_LIFETIME
+    renew_fraction: float = 2 / 3
+    module_access: access.AccessConfig | None = None
+
+
+@dataclasses.dataclass
+class Report:
+    certificates: list[str] = dataclasses.field(default_factory=list)
+    kubeconfigs: list[str] = dataclasses.field(default_factory=list)
+    failures: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+async def _current_certificate(core: client.CoreV1Api) -> tuple[x509.Certificate, bytes] | None:
+    try:
+        secret = await core.read_namespaced_secret(RUNTIME_SECRET_NAME, RUNTIME_SECRET_NAMESPACE)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise kube.translate(exc) from exc
+    data = secret.data or {}
+    if "tls.crt" not in data:
+        return None
+    return x509.load_pem_x509_certificate(base64.b64decode(data["tls.crt"])), base64.b64decode(data.get("ca.crt", ""))
+
+
+async def deliver_certificate(
+    runtime_api: client.ApiClient,
+    ca: authority.Authority,
+    runtime: str,
+    *,
+    lifetime: datetime.timedelta,
+) -> pki.KeyPair:
+    """Issue a client certificate for ``runtime`` and write it into the runtime's watcher Secret."""
+    core = client.CoreV1Api(runtime_api)
+    try:
+        await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=RUNTIME_SECRET_NAMESPACE)))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise kube.translate(exc) from exc
+    pair = ca.issue_runtime(runtime, lifetime=lifetime)
+    await stores.write_secret(
+        core,
+        namespace=RUNTIME_SECRET_NAMESPACE,
+        name=RUNTIME_SECRET_NAME,
+        data={"tls.crt": pair.cert_pem, "tls.key": pair.key_pem, "ca.crt": ca.to_files()[authority.BUNDLE]},
+        labels={runtimes.RUNTIME_LABEL: runtime},
+        secret_type="kubernetes.io/tls",
+    )
+    return pair
+
+
+async def certificate_due(
+    runtime_api: client.ApiClient, ca: authority.Authority, *, fraction: float
+) -> str | None:
+    """Why the runtime's certificate needs renewing, or None if it is fine."""
+    current = await _current_certificate(client.CoreV1Api(runtime_api))
+    if current is None:
+        return "missing"
+    certificate, bundle = current
+    if not ca.is_current_issuer(certificate):
+        return "issued by a CA that is no longer current"
+    if bundle != ca.to_files()[authority.BUNDLE]:
+        return "trust bundle changed"
+    if authority.is_due(certificate, fraction=fraction):
+        return "past its renewal point"
+    return None
+
+
+async def _rotate_runtime(
+    *, kcp: client.ApiClient, runtime: runtimes.Runtime, ca: authority.Authority, settings: RotationSettings, report: Report
+) -> None:
+    async with await kube.api_client(runtime.kubeconfig) as runtime_api:
+        reason = await certificate_due(runtime_api, ca, fraction=settings.renew_fraction)
+        if reason is not None:
+            await deliver_certificate(runtime_api, ca, runtime.name, lifetime=settings.certificate_lifetime)
+            log.info("renewed runtime certificate", extra={"runtime": runtime.name, "reason": reason})
+            report.certificates.append(runtime.name)
+    if settings.module_access is None:
+        return
+    for module, module_access in settings.module_access.modules.items():
+        if await access.kubeconfig_due(kcp, runtime=runtime.name, module=module, fraction=settings.renew_fraction):
+            await access.issue_kubeconfig(kcp=kcp, runtime=runtime, module=module, access=module_access)
+            log.info("renewed module kubeconfig", extra={"runtime": runtime.name, "module": module})
+            report.kubeconfigs.append(f"{module}/{runtime.name}")
+
+
+async def rotate_once(*, kcp: client.ApiClient, store: stores.Store, settings: RotationSettings) -> Report:
+    stored = await store.read()
+    ca = authority.Authority.from_files(stored)
+    refreshed = ca.to_files()
+    if any(stored.get(name) != refreshed[name] for name in (authority.BUNDLE, authority.STATE)):
+        await store.write(refreshed)  # e.g. the overlap of a CA rotation ended
+    report = Report()
+    for runtime in await runtimes.list_runtimes(kcp):
+        try:
+            await _rotate_runtime(kcp=kcp, runtime=runtime, ca=ca, settings=settings, report=report)
+        except (kube.KubeAPIError, ApiException, OSError, ValueError) as exc:
+            log.error("rotation failed for runtime", extra={"runtime": runtime.name, "error": str(exc)})
+            report.failures[runtime.name] = str(exc)
+    return report
+
+
+async def run(
+    *, kcp: client.ApiClient, store: stores.Store, settings: RotationSettings, interval: float, stop: asyncio.Event
+) -> None:
+    """Rotate every ``interval`` (±10 % jitter, so many replicas never align) until ``stop``."""
+    while True:
+        try:
+            report = await rotate_once(kcp=kcp, store=store, settings=settings)
+            log.info(
+                "rotation pass done",
+                extra={"certificates": len(report.certificates), "kubeconfigs": len(report.kubeconfigs), "failures": len(report.failures)},
+            )
+        except (kube.KubeAPIError, authority.AuthorityError) as exc:
+            log.error("rotation pass failed", extra={"error": str(exc)})
+        if await aio.sleep_unless(stop, interval * random.uniform(0.9, 1.1)):
+            return

@@ -1,0 +1,101 @@
+"""Runtime certificates: delivered, renewed when due or after a CA rotation, honoured by the listener."""
+
+import asyncio
+import base64
+import datetime
+import ssl
+from pathlib import Path
+
+import aiohttp
+import pytest
+from kubernetes_asyncio import client
+from prometheus_client import CollectorRegistry
+
+from certs import authority, pki, rotation, stores
+from contract import events
+from devenv import landscape as landscape_mod
+from listener import server, settings
+
+from ..listener.conftest import make_event, post, wait_ready
+
+pytestmark = pytest.mark.integration
+
+
+async def runtime_certificate(api: client.ApiClient) -> pki.KeyPair:
+    secret = await client.CoreV1Api(api).read_namespaced_secret(
+        rotation.RUNTIME_SECRET_NAME, rotation.RUNTIME_SECRET_NAMESPACE
+    )
+    return pki.KeyPair.from_pem(
+        cert_pem=base64.b64decode(secret.data["tls.crt"]), key_pem=base64.b64decode(secret.data["tls.key"])
+    )
+
+
+async def test_rotation_delivers_then_renews_only_what_is_due(
+    kcp_api: client.ApiClient, skr_api: client.ApiClient, registered_runtimes: list[str], tmp_path: Path
+) -> None:
+    """First pass writes every runtime's Secret; a second renews nothing; after a CA rotation all are re-issued."""
+    store = stores.DirectoryStore(tmp_path / "ca")
+    await store.write(authority.Authority.create("ca").to_files())
+    settings_ = rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1))
+    first = await rotation.rotate_once(kcp=kcp_api, store=store, settings=settings_)
+    assert sorted(first.certificates) == sorted(registered_runtimes) and not first.failures
+    issued = await runtime_certificate(skr_api)
+    second = await rotation.rotate_once(kcp=kcp_api, store=store, settings=settings_)
+    assert second.certificates == []
+    ca = authority.Authority.from_files(await store.read())
+    ca.rotate(overlap=datetime.timedelta(hours=1))
+    await store.write(ca.to_files())
+    third = await rotation.rotate_once(kcp=kcp_api, store=store, settings=settings_)
+    assert sorted(third.certificates) == sorted(registered_runtimes)
+    renewed = await runtime_certificate(skr_api)
+    assert ca.is_current_issuer(renewed.certificate) and not ca.is_current_issuer(issued.certificate)
+
+
+async def test_listener_accepts_a_renewed_certificate_and_refuses_an_expired_one(
+    landscape: landscape_mod.Landscape, tmp_path: Path
+) -> None:
+    """A 2-second certificate works, then fails the handshake once expired; its renewal works again."""
+    ca = authority.Authority.create("ca")
+    store = stores.DirectoryStore(tmp_path / "ca")
+    await store.write(ca.to_files())
+    serving = ca.issue_server(["127.0.0.1"], lifetime=datetime.timedelta(hours=1))
+    (tmp_path / "srv.crt").write_bytes(serving.cert_pem)
+    (tmp_path / "srv.key").write_bytes(serving.key_pem)
+    config = settings.ListenerSettings.model_validate({
+        "host": "127.0.0.1", "port": 0, "management_port": 0, "modules": ["cloud-manager"],
+        "tls": {"cert_file": tmp_path / "srv.crt", "key_file": tmp_path / "srv.key"},
+        "trust": {"client_ca_file": store.directory / authority.BUNDLE, "crl_file": store.directory / authority.CRL,
+                  "reload_interval_seconds": 0.2},
+        "nats": {"servers": [landscape.nats.url]},
+    })
+
+    def context(pair: pki.KeyPair) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cadata=ca.to_files()[authority.BUNDLE].decode())
+        (tmp_path / "c.crt").write_bytes(pair.cert_pem)
+        (tmp_path / "c.key").write_bytes(pair.key_pem)
+        ctx.load_cert_chain(tmp_path / "c.crt", tmp_path / "c.key")
+        return ctx
+
+    async with server.serving(config, registry=CollectorRegistry()) as bound:
+        await wait_ready(bound)
+        short = ca.issue_runtime("skr-1", lifetime=datetime.timedelta(seconds=2))
+        assert (await post(bound.events_url, context(short), events.encode(make_event(uid="short")))).status == 202
+        await asyncio.sleep(2.5)
+        with pytest.raises(aiohttp.ClientError):
+            await post(bound.events_url, context(short), events.encode(make_event(uid="expired")))
+        renewed = ca.issue_runtime("skr-1", lifetime=datetime.timedelta(hours=1))
+        assert (await post(bound.events_url, context(renewed), events.encode(make_event(uid="renewed")))).status == 202
+
+        ca.rotate(overlap=datetime.timedelta(hours=1))
+        await store.write(ca.to_files())
+        from_new_ca = ca.issue_runtime("skr-1", lifetime=datetime.timedelta(hours=1))
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            try:
+                reply = await post(bound.events_url, context(from_new_ca), events.encode(make_event(uid="new-ca")))
+                break
+            except aiohttp.ClientError:
+                assert asyncio.get_running_loop().time() < deadline, "new CA never trusted"
+                await asyncio.sleep(0.2)
+        assert reply.status == 202
+        assert (await post(bound.events_url, context(renewed), events.encode(make_event(uid="old-ca")))).status == 202
