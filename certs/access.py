@@ -14,7 +14,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from certs import kubeconfigs, runtimes, stores
 from clients import kube
 from contract import ids
+from kit import files
 
 _EXPIRES = "kyma-project.io/token-expires-at"
 _ISSUED = "kyma-project.io/token-issued-at"
@@ -69,10 +69,7 @@ class AccessConfig(BaseModel):
 
 
 def load_access(path: Path) -> AccessConfig:
-    try:
-        return AccessConfig.model_validate(yaml.safe_load(path.read_text()))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"cannot read access definitions {path}: {exc}") from exc
+    return files.load_yaml(path, AccessConfig, what="access definitions")
 
 
 def service_account_name(module: str) -> str:

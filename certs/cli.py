@@ -10,7 +10,6 @@ import dataclasses
 import datetime
 import json
 import re
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from kubernetes_asyncio import client
 
 from certs import access, authority, pki, rotation, runtimes, stores
 from clients import kube
+from kit import aio
 from observability import logs
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -170,11 +170,9 @@ async def _execute(args: argparse.Namespace, store: stores.Store, kcp: client.Ap
             if report.failures:
                 raise authority.AuthorityError(f"{len(report.failures)} runtime(s) failed")
             return
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await rotation.run(kcp=kcp, store=store, settings=settings, interval=args.interval.total_seconds(), stop=stop)
+        await rotation.run(
+            kcp=kcp, store=store, settings=settings, interval=args.interval.total_seconds(), stop=aio.stop_on_signals()
+        )
 
 
 _NEEDS_KCP = {"kubeconfig", "rotate"}

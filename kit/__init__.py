@@ -1,1 +1,1 @@
-"""Small asyncio building blocks shared by the components (no I/O of their own)."""
+"""Small building blocks shared by the components: interruptible waits, backoff, config files."""

@@ -3,6 +3,7 @@
 import asyncio
 import dataclasses
 import random
+import signal
 
 
 async def sleep_unless(stop: asyncio.Event, seconds: float) -> bool:
@@ -41,3 +42,12 @@ async def wait_any(*events: asyncio.Event) -> None:
     finally:
         for waiter in waiters:
             waiter.cancel()
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM: how every long-running command learns to stop."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop

@@ -2,13 +2,13 @@
 
 import argparse
 import asyncio
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import pydantic
 
+from kit import aio
 from listener import server, settings
 from observability import logs, tracing
 
@@ -31,11 +31,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _serve(config: settings.ListenerSettings) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await server.run(config, stop=stop)
+    await server.run(config, stop=aio.stop_on_signals())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,11 +4,11 @@ import ipaddress
 from pathlib import Path
 from typing import Self
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clients import bus
 from contract import ids
+from kit import files
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -87,8 +87,4 @@ class ListenerSettings(_Section):
 
 
 def load(path: Path) -> ListenerSettings:
-    try:
-        document = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"cannot read listener config {path}: {exc}") from exc
-    return ListenerSettings.model_validate(document)
+    return files.load_yaml(path, ListenerSettings, what="listener config")

@@ -3,7 +3,6 @@
 import argparse
 import asyncio
 import os
-import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -13,6 +12,7 @@ import pydantic
 from kubernetes_asyncio import client, config
 
 from clients import kube
+from kit import aio
 from observability import logs, tracing
 from watcher import agent
 
@@ -46,10 +46,7 @@ async def _api(kubeconfig: Path | None) -> client.ApiClient:
 
 
 async def _run(args: argparse.Namespace) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = aio.stop_on_signals()
     async with await _api(args.kubeconfig) as api:
         await agent.Agent(config_path=args.config, api=api, identity=args.identity).run(stop=stop)
 

@@ -3,11 +3,11 @@
 from pathlib import Path
 from typing import Self
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clients import kube
 from contract import ids
+from kit import files
 
 
 class _Section(BaseModel):
@@ -115,8 +115,4 @@ class WatcherConfig(_Section):
 
 
 def load(path: Path) -> WatcherConfig:
-    try:
-        document = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"cannot read watcher config {path}: {exc}") from exc
-    return WatcherConfig.model_validate(document)
+    return files.load_yaml(path, WatcherConfig, what="watcher config")
