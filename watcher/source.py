@@ -1,8 +1,8 @@
-"""List+watch of one watched resource in one namespace scope, turned into queued events.
+"""One watched resource in one namespace scope, turned into queued events.
 
 A (re)list is compared with the checkpoint: changed objects are reported as RESYNC, vanished
-ones as DELETED. The watch then resumes from the list's resourceVersion, follows bookmarks,
-and on 410 Gone relists. API errors back off and retry; nothing ends the loop but ``stop``.
+ones as DELETED; watch events are reported as they come (``clients.informer`` does the
+list+watch loop).
 """
 
 import asyncio
@@ -14,10 +14,9 @@ from typing import Any
 from kubernetes_asyncio import client
 from opentelemetry import trace
 
-from clients import kube
+from clients import informer
 from contract import errors as contract_errors
 from contract import events, ids
-from kit import aio
 from observability import tracing
 from watcher import checkpoint, config, metrics, noise
 from watcher import queue as queue_mod
@@ -60,27 +59,18 @@ class Source:
         return self._spec.key
 
     async def run(self, *, stop: asyncio.Event) -> None:
-        backoff = aio.Backoff(initial=0.2, maximum=10)
-        while not stop.is_set():
-            try:
-                resource_version = await self._relist()
-                backoff.reset()
-                while not stop.is_set():
-                    resource_version = await self._watch(resource_version)
-            except kube.ResourceVersionExpired:
-                log.info("watch expired (410), relisting", extra={"resource": self._spec.resource})
-            except kube.KubeAPIError as exc:
-                delay = backoff.delay()
-                log.warning(
-                    "apiserver error, backing off",
-                    extra={"resource": self._spec.resource, "error": str(exc), "retry_in": round(delay, 2)},
-                )
-                await aio.sleep_unless(stop, delay)
-
-    async def _relist(self) -> str:
-        items, resource_version = await kube.list_objects(
-            self._api, self._spec.gvr, namespace=self._namespace, label_selector=self._spec.label_selector
+        await informer.follow(
+            self._api,
+            self._spec.gvr,
+            namespace=self._namespace,
+            label_selector=self._spec.label_selector,
+            handler=self,
+            stop=stop,
+            watch_timeout_seconds=self._watch_timeout,
         )
+
+    async def listed(self, items: list[dict[str, Any]]) -> None:
+        """Report what differs from the checkpoint: changed objects as RESYNC, vanished ones as DELETED."""
         present = set()
         for obj in items:
             uid = obj["metadata"]["uid"]
@@ -93,24 +83,12 @@ class Source:
             if uid not in present and self._in_scope(entry.namespace):
                 await self._observe(events.ChangeType.DELETED, _tombstone(uid, entry, self._spec), tombstone=True)
         self._metrics.relists.inc()
-        return resource_version
+
+    async def changed(self, kind: str, obj: dict[str, Any]) -> None:
+        await self._observe(events.ChangeType(kind), obj)
 
     def _in_scope(self, namespace: str | None) -> bool:
         return self._namespace is None or namespace == self._namespace
-
-    async def _watch(self, resource_version: str) -> str:
-        async for kind, obj in kube.watch_objects(
-            self._api,
-            self._spec.gvr,
-            namespace=self._namespace,
-            label_selector=self._spec.label_selector,
-            resource_version=resource_version,
-            timeout_seconds=self._watch_timeout,
-        ):
-            resource_version = obj["metadata"]["resourceVersion"]
-            if kind != "BOOKMARK":
-                await self._observe(events.ChangeType(kind), obj)
-        return resource_version
 
     async def _observe(
         self, change_type: events.ChangeType, obj: dict[str, Any], *, tombstone: bool = False
