@@ -5,6 +5,8 @@ helper: the watcher handles arbitrary GVRs (core and custom) as plain dicts, nee
 and must read watch lines of up to ~1.5 MB, which a line-limited reader refuses.
 
     KubeAPIError                  an error answer of the apiserver (status, reason)
+     ├── NotFoundError            404
+     ├── ConflictError            409
      ├── ResourceVersionExpired   410 Gone: relist
      └── KubeUnavailableError     no answer at all (connection refused, timeout)
 """
@@ -29,8 +31,23 @@ class KubeAPIError(RuntimeError):
         self.reason = reason
 
 
+class NotFoundError(KubeAPIError):
+    pass
+
+
+class ConflictError(KubeAPIError):
+    pass
+
+
 class ResourceVersionExpired(KubeAPIError):
     pass
+
+
+_BY_STATUS: dict[int, type[KubeAPIError]] = {404: NotFoundError, 409: ConflictError, 410: ResourceVersionExpired}
+
+
+def _error(status: int, reason: str) -> KubeAPIError:
+    return _BY_STATUS.get(status, KubeAPIError)(status, reason)
 
 
 class KubeUnavailableError(KubeAPIError):
@@ -70,31 +87,67 @@ def read_kubeconfig(path: Path) -> dict[str, Any]:
 def translate(exc: BaseException) -> KubeAPIError:
     """Our error for a kubernetes_asyncio / aiohttp failure."""
     if isinstance(exc, ApiException):
-        status = int(exc.status or 0)
-        kind = ResourceVersionExpired if status == 410 else KubeAPIError
-        return kind(status, str(exc.reason))
+        return _error(int(exc.status or 0), str(exc.body or exc.reason))
     return KubeUnavailableError(0, repr(exc))
 
 
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
-async def _get_raw(
-    api: client.ApiClient, path: str, query: list[tuple[str, str]], *, timeout: float | None
+async def _call(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: list[tuple[str, str]] | None = None,
+    body: Any = None,
+    content_type: str = "application/json",
+    timeout: float | None = 60,
 ) -> aiohttp.ClientResponse:
+    """The raw response of a 2xx answer; any other answer raised as our error."""
     try:
         response: aiohttp.ClientResponse = await api.call_api(
             path,
-            "GET",
-            query_params=query,
-            header_params={"Accept": "application/json"},
+            method,
+            query_params=query or [],
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body,
             auth_settings=["BearerToken"],
             _preload_content=False,
             _request_timeout=timeout,
         )
+        if 200 <= response.status <= 299:
+            return response
+        try:
+            detail = json.loads(await response.read()).get("message", "")
+        except ValueError:
+            detail = ""
+        finally:
+            response.release()
     except (ApiException, *_TRANSPORT_ERRORS) as exc:
         raise translate(exc) from exc
-    return response
+    raise _error(response.status, str(detail or response.reason))
+
+
+async def request(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: list[tuple[str, str]] | None = None,
+    body: Any = None,
+    content_type: str = "application/json",
+) -> dict[str, Any]:
+    """A JSON request to any API path; the decoded answer."""
+    response = await _call(api, method, path, query=query, body=body, content_type=content_type)
+    try:
+        data = await response.read()
+    except _TRANSPORT_ERRORS as exc:
+        raise translate(exc) from exc
+    finally:
+        response.release()
+    document: dict[str, Any] = json.loads(data) if data else {}
+    return document
 
 
 async def list_objects(
@@ -102,13 +155,7 @@ async def list_objects(
 ) -> tuple[list[dict[str, Any]], str]:
     """All matching objects as dicts, and the list's resourceVersion to watch from."""
     query = [("labelSelector", label_selector)] if label_selector else []
-    response = await _get_raw(api, gvr.path(namespace), query, timeout=60)
-    try:
-        document = json.loads(await response.read())
-    except _TRANSPORT_ERRORS as exc:
-        raise translate(exc) from exc
-    finally:
-        response.release()
+    document = await request(api, "GET", gvr.path(namespace), query=query)
     kind = gvr.resource
     items: list[dict[str, Any]] = document.get("items") or []
     for item in items:
@@ -136,7 +183,7 @@ async def watch_objects(
     ]
     if label_selector:
         query.append(("labelSelector", label_selector))
-    response = await _get_raw(api, gvr.path(namespace), query, timeout=timeout_seconds + 30)
+    response = await _call(api, "GET", gvr.path(namespace), query=query, timeout=timeout_seconds + 30)
     buffer = b""
     try:
         async for chunk in response.content.iter_any():
@@ -155,7 +202,5 @@ def _watch_event(line: bytes) -> tuple[str, dict[str, Any]]:
     event = json.loads(line)
     kind, obj = event["type"], event["object"]
     if kind == "ERROR":
-        status = int(obj.get("code") or 0)
-        error = ResourceVersionExpired if status == 410 else KubeAPIError
-        raise error(status, str(obj.get("message")))
+        raise _error(int(obj.get("code") or 0), str(obj.get("message")))
     return kind, obj

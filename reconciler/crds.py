@@ -1,0 +1,135 @@
+"""The custom resources the reconcilers own in KCP (and the Kyma CR they read), installed at start."""
+
+import asyncio
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from clients import kube
+
+GROUP = "operator.kyma-project.io"
+SYNC_RESOURCE = kube.Gvr(GROUP, "v1alpha1", "syncresources")
+KYMA = kube.Gvr(GROUP, "v1beta2", "kymas")
+
+_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+_STATES = ["Ready", "Processing", "Warning", "Error", "Deleting"]
+
+
+def _crd(*, gvr: kube.Gvr, kind: str, short: str, schema: dict[str, Any], printer: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{gvr.resource}.{gvr.group}"},
+        "spec": {
+            "group": gvr.group,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": gvr.resource, "singular": kind.lower(), "shortNames": [short]},
+            "versions": [
+                {
+                    "name": gvr.version,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": printer,
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }
+
+
+def sync_resource_crd() -> dict[str, Any]:
+    selector = {
+        "type": "object",
+        "properties": {
+            "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "matchExpressions": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["key", "operator"],
+                    "properties": {
+                        "key": {"type": "string"},
+                        "operator": {"type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                        "values": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+            },
+        },
+    }
+    item = {
+        "type": "object",
+        "required": ["name", "strategy", "resource"],
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 253},
+            "strategy": {"type": "string", "enum": ["CreateAndSync", "CreateAndIgnore", "Delete"]},
+            "resource": _OBJECT,
+            "subresource": _OBJECT,
+        },
+    }
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "required": ["items"],
+                "x-kubernetes-validations": [
+                    {"rule": "has(self.kyma) != has(self.target)", "message": "set exactly one of spec.kyma and spec.target"}
+                ],
+                "properties": {
+                    "kyma": {"type": "string", "minLength": 1},
+                    "target": {"type": "object", "required": ["selector"], "properties": {"selector": selector}},
+                    "items": {
+                        "type": "array",
+                        "maxItems": 2000,
+                        "x-kubernetes-list-type": "map",
+                        "x-kubernetes-list-map-keys": ["name"],
+                        "items": item,
+                    },
+                },
+            },
+            "status": _OBJECT,
+        },
+    }
+    printer = [
+        {"name": "State", "type": "string", "jsonPath": ".status.state"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    return _crd(gvr=SYNC_RESOURCE, kind="SyncResource", short="sr", schema=schema, printer=printer)
+
+
+def kyma_crd() -> dict[str, Any]:
+    """A minimal Kyma CR: what the reconcilers read of it (the real one belongs to lifecycle-manager)."""
+    schema = {"type": "object", "properties": {"spec": _OBJECT, "status": _OBJECT}}
+    printer = [{"name": "State", "type": "string", "jsonPath": ".status.state"}]
+    return _crd(gvr=KYMA, kind="Kyma", short="kyma", schema=schema, printer=printer)
+
+
+async def install(api: client.ApiClient, definitions: list[dict[str, Any]], *, timeout: float = 30) -> None:
+    """Create or update the CRDs and wait until the apiserver serves them."""
+    extensions = client.ApiextensionsV1Api(api)
+    try:
+        for definition in definitions:
+            name = definition["metadata"]["name"]
+            try:
+                await extensions.create_custom_resource_definition(definition)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                current = await extensions.read_custom_resource_definition(name)
+                definition = {**definition, "metadata": {**definition["metadata"], "resourceVersion": current.metadata.resource_version}}
+                await extensions.replace_custom_resource_definition(name, definition)
+        deadline = asyncio.get_running_loop().time() + timeout
+        for definition in definitions:
+            name = definition["metadata"]["name"]
+            while True:
+                crd = await extensions.read_custom_resource_definition(name)
+                conditions = {c.type: c.status for c in (crd.status.conditions or [])}
+                if conditions.get("Established") == "True":
+                    break
+                if asyncio.get_running_loop().time() > deadline:
+                    raise kube.KubeAPIError(0, f"CRD {name} not established within {timeout:.0f}s")
+                await asyncio.sleep(0.1)
+    except ApiException as exc:
+        raise kube.translate(exc) from exc
