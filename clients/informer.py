@@ -2,7 +2,7 @@
 
 Bookmarks advance the resourceVersion without reaching the handler; a watch the server ends
 (timeout) resumes where it was; 410 Gone relists; other API errors back off with jitter and
-relist. Only ``stop`` (or cancellation) ends it.
+relist. Only ``stop`` (which abandons a watch in progress) or cancellation ends it.
 """
 
 import asyncio
@@ -34,6 +34,23 @@ async def follow(
     handler: Handler,
     stop: asyncio.Event,
     watch_timeout_seconds: int = 300,
+) -> None:
+    await aio.run_until(
+        stop,
+        _follow(api, gvr, namespace=namespace, label_selector=label_selector, handler=handler,
+                stop=stop, watch_timeout_seconds=watch_timeout_seconds),
+    )
+
+
+async def _follow(
+    api: client.ApiClient,
+    gvr: kube.Gvr,
+    *,
+    namespace: str | None,
+    label_selector: str | None,
+    handler: Handler,
+    stop: asyncio.Event,
+    watch_timeout_seconds: int,
 ) -> None:
     backoff = aio.Backoff(initial=0.2, maximum=10)
     while not stop.is_set():

@@ -77,6 +77,15 @@ async def api_client(kubeconfig: dict[str, Any]) -> client.ApiClient:
     return client.ApiClient(configuration=configuration)
 
 
+async def client_from(kubeconfig: Path | None) -> client.ApiClient:
+    """A client from a kubeconfig file, or from the pod's service account when none is given."""
+    if kubeconfig is not None:
+        return await api_client(read_kubeconfig(kubeconfig))
+    configuration = client.Configuration()
+    config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return client.ApiClient(configuration=configuration)
+
+
 def read_kubeconfig(path: Path) -> dict[str, Any]:
     data = yaml.safe_load(path.read_text())
     if not isinstance(data, dict):

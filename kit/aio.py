@@ -4,6 +4,8 @@ import asyncio
 import dataclasses
 import random
 import signal
+from collections.abc import Coroutine
+from typing import Any
 
 
 async def sleep_unless(stop: asyncio.Event, seconds: float) -> bool:
@@ -51,3 +53,20 @@ def stop_on_signals() -> asyncio.Event:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     return stop
+
+
+async def run_until(stop: asyncio.Event, work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` until it returns or ``stop`` is set, cancelling it in the latter case.
+
+    For loops that block in I/O (a watch, a queue) and cannot look at ``stop`` themselves.
+    """
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        task.cancel()
+        stopper.cancel()
+        await asyncio.gather(task, stopper, return_exceptions=True)
+    if not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]

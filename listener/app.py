@@ -10,7 +10,6 @@ import logging
 import math
 from collections.abc import AsyncIterator
 
-import prometheus_client
 from aiohttp import web
 from opentelemetry import trace
 
@@ -147,31 +146,9 @@ def build_event_app(state: ListenerState) -> web.Application:
     return app
 
 
-async def healthz(request: web.Request) -> web.Response:
-    return web.Response(text="ok")
-
-
-async def readyz(request: web.Request) -> web.Response:
-    state = request.app[STATE]
+def readiness(state: ListenerState) -> str | None:
     if state.draining:
-        return web.Response(status=503, text="draining")
+        return "draining"
     if not state.publisher.ready:
-        return web.Response(status=503, text="not connected to NATS")
-    return web.Response(text="ready")
-
-
-async def metrics_endpoint(request: web.Request) -> web.Response:
-    registry = request.app[STATE].metrics.registry
-    return web.Response(
-        body=prometheus_client.generate_latest(registry),
-        headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST},
-    )
-
-
-def build_management_app(state: ListenerState) -> web.Application:
-    app = web.Application()
-    app[STATE] = state
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_endpoint)
-    return app
+        return "not connected to NATS"
+    return None

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from kit import aio
 from listener import app, metrics, publisher, ratelimit, settings, trust
+from observability import endpoints
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,9 @@ async def serving(
     events_runner = web.AppRunner(
         app.build_event_app(state), shutdown_timeout=config.shutdown_grace_seconds, access_log=None
     )
-    management_runner = web.AppRunner(app.build_management_app(state), access_log=None)
+    management_runner = web.AppRunner(
+        endpoints.management_app(state.metrics.registry, lambda: app.readiness(state)), access_log=None
+    )
     await events_runner.setup()
     await management_runner.setup()
     stop_reloading = asyncio.Event()

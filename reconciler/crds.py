@@ -4,7 +4,6 @@ import asyncio
 from typing import Any
 
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from clients import kube
 
@@ -106,30 +105,27 @@ def kyma_crd() -> dict[str, Any]:
     return _crd(gvr=KYMA, kind="Kyma", short="kyma", schema=schema, printer=printer)
 
 
+CRDS = kube.Gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+
+
 async def install(api: client.ApiClient, definitions: list[dict[str, Any]], *, timeout: float = 30) -> None:
     """Create or update the CRDs and wait until the apiserver serves them."""
-    extensions = client.ApiextensionsV1Api(api)
-    try:
-        for definition in definitions:
-            name = definition["metadata"]["name"]
-            try:
-                await extensions.create_custom_resource_definition(definition)
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-                current = await extensions.read_custom_resource_definition(name)
-                definition = {**definition, "metadata": {**definition["metadata"], "resourceVersion": current.metadata.resource_version}}
-                await extensions.replace_custom_resource_definition(name, definition)
-        deadline = asyncio.get_running_loop().time() + timeout
-        for definition in definitions:
-            name = definition["metadata"]["name"]
-            while True:
-                crd = await extensions.read_custom_resource_definition(name)
-                conditions = {c.type: c.status for c in (crd.status.conditions or [])}
-                if conditions.get("Established") == "True":
-                    break
-                if asyncio.get_running_loop().time() > deadline:
-                    raise kube.KubeAPIError(0, f"CRD {name} not established within {timeout:.0f}s")
-                await asyncio.sleep(0.1)
-    except ApiException as exc:
-        raise kube.translate(exc) from exc
+    for definition in definitions:
+        name = definition["metadata"]["name"]
+        try:
+            await kube.request(api, "POST", CRDS.path(), body=definition)
+        except kube.ConflictError:
+            current = await kube.request(api, "GET", f"{CRDS.path()}/{name}")
+            metadata = {**definition["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}
+            await kube.request(api, "PUT", f"{CRDS.path()}/{name}", body={**definition, "metadata": metadata})
+    deadline = asyncio.get_running_loop().time() + timeout
+    for definition in definitions:
+        name = definition["metadata"]["name"]
+        while True:
+            crd = await kube.request(api, "GET", f"{CRDS.path()}/{name}")
+            conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
+            if conditions.get("Established") == "True":
+                break
+            if asyncio.get_running_loop().time() > deadline:
+                raise kube.KubeAPIError(0, f"CRD {name} not established within {timeout:.0f}s")
+            await asyncio.sleep(0.1)

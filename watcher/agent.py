@@ -10,12 +10,12 @@ import asyncio
 import logging
 from pathlib import Path
 
-import prometheus_client
 from aiohttp import web
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
 from kit import aio
+from observability import endpoints
 from watcher import config, lease, metrics, pipeline
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class Agent:
         return self.elector.leading
 
     async def run(self, *, stop: asyncio.Event) -> None:
-        runner = web.AppRunner(self._management_app(), access_log=None)
+        runner = web.AppRunner(endpoints.management_app(self.metrics.registry, lambda: None), access_log=None)
         await runner.setup()
         try:
             site = web.TCPSite(runner, "0.0.0.0", self.settings.management_port)
@@ -91,22 +91,3 @@ class Agent:
                 log.info("watcher configuration changed, restarting the pipeline")
                 self.settings = updated
                 self._reconfigured.set()
-
-    def _management_app(self) -> web.Application:
-        async def healthz(request: web.Request) -> web.Response:
-            return web.Response(text="ok")
-
-        async def readyz(request: web.Request) -> web.Response:
-            return web.Response(text="leader" if self.leading else "follower")
-
-        async def metrics_endpoint(request: web.Request) -> web.Response:
-            return web.Response(
-                body=prometheus_client.generate_latest(self.metrics.registry),
-                headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST},
-            )
-
-        app = web.Application()
-        app.router.add_get("/healthz", healthz)
-        app.router.add_get("/readyz", readyz)
-        app.router.add_get("/metrics", metrics_endpoint)
-        return app

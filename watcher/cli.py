@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pydantic
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import config
 
 from clients import kube
 from kit import aio
@@ -37,17 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _api(kubeconfig: Path | None) -> client.ApiClient:
-    if kubeconfig is not None:
-        return await kube.api_client(kube.read_kubeconfig(kubeconfig))
-    configuration = client.Configuration()
-    config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return client.ApiClient(configuration=configuration)
-
-
 async def _run(args: argparse.Namespace) -> None:
     stop = aio.stop_on_signals()
-    async with await _api(args.kubeconfig) as api:
+    async with await kube.client_from(args.kubeconfig) as api:
         await agent.Agent(config_path=args.config, api=api, identity=args.identity).run(stop=stop)
 
 

@@ -99,15 +99,12 @@ async def run(
             group.create_task(
                 _keep_checkpoint(store, state, interval=settings.checkpoint.interval_seconds, stop=stop)
             )
-            # Sources block in watches and senders in the queue: they are cancelled, not asked.
-            cancellable = [group.create_task(s.run(stop=stop)) for s in sources] + [
-                group.create_task(
-                    _send(queue=queue, sender=sender, state=state, watcher_metrics=watcher_metrics, stop=stop)
-                )
-                for _ in range(settings.delivery.senders)
-            ]
-            await stop.wait()
-            for task in cancellable:
-                task.cancel()
+            for s in sources:
+                group.create_task(s.run(stop=stop))
+            for _ in range(settings.delivery.senders):
+                # Senders block in the queue: they are cancelled on stop, not asked.
+                group.create_task(aio.run_until(
+                    stop, _send(queue=queue, sender=sender, state=state, watcher_metrics=watcher_metrics, stop=stop)
+                ))
     finally:
         await sender.close()

@@ -1,0 +1,178 @@
+"""SyncResource against a real KCP and two real SKR apiservers."""
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from certs import kubeconfigs, pki
+from clients import kube
+from devenv import net
+from reconciler import crds
+
+from .conftest import Kcp, eventually, label_kyma, register_runtime
+
+pytestmark = pytest.mark.integration
+
+
+async def test_create_and_sync_creates_and_resets_drift_and_deletion(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """CreateAndSync: created, a user's edit is reset, a user's deletion is undone."""
+    async with run_controller(resync_seconds=1):
+        await kcp.create("sync", {"kyma": "skr-1", "items": [kcp.configmap("cm-sync", {"k": "desired"})]})
+        await eventually(lambda: _has(kcp, "skr-1", "cm-sync", {"k": "desired"}), what="created")
+        await eventually(lambda: _state_is(kcp, "sync", "Ready"), what="Ready")
+        await kube.request(kcp.skrs["skr-1"], "PATCH", _cm_path(kcp, "cm-sync"), body={"data": {"k": "edited"}},
+                           query=[("fieldManager", "kubectl")], content_type="application/merge-patch+json")
+        await eventually(lambda: _has(kcp, "skr-1", "cm-sync", {"k": "desired"}), what="drift reset")
+        await kube.request(kcp.skrs["skr-1"], "DELETE", _cm_path(kcp, "cm-sync"))
+        await eventually(lambda: _has(kcp, "skr-1", "cm-sync", {"k": "desired"}), what="recreated")
+    assert await kcp.configmap_in("skr-2", "cm-sync") is None
+
+
+async def test_create_and_ignore_keeps_user_edits_but_recreates(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """CreateAndIgnore: an edit survives resyncs; a deletion is undone."""
+    async with run_controller(resync_seconds=0.5):
+        await kcp.create("ignore", {"kyma": "skr-1", "items": [kcp.configmap("cm-ignore", {"k": "initial"}, "CreateAndIgnore")]})
+        await eventually(lambda: _has(kcp, "skr-1", "cm-ignore", {"k": "initial"}), what="created")
+        await kube.request(kcp.skrs["skr-1"], "PATCH", _cm_path(kcp, "cm-ignore"), body={"data": {"k": "mine"}},
+                           content_type="application/merge-patch+json")
+        await asyncio.sleep(2)
+        assert await _has(kcp, "skr-1", "cm-ignore", {"k": "mine"})
+        await kube.request(kcp.skrs["skr-1"], "DELETE", _cm_path(kcp, "cm-ignore"))
+        await eventually(lambda: _has(kcp, "skr-1", "cm-ignore", {"k": "initial"}), what="recreated")
+
+
+async def test_delete_strategy_removes_and_not_found_is_success(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """Delete: an existing object goes; one that never existed is Ready too."""
+    await kube.request(kcp.skrs["skr-1"], "POST", f"/api/v1/namespaces/{kcp.runtime_namespace}/configmaps",
+                       body={"metadata": {"name": "doomed"}, "data": {"a": "b"}})
+    async with run_controller():
+        await kcp.create("delete", {"kyma": "skr-1", "items": [
+            kcp.configmap("doomed", {}, "Delete"), kcp.configmap("never-existed", {}, "Delete")]})
+        await eventually(lambda: _state_is(kcp, "delete", "Ready"), what="Ready")
+    assert await kcp.configmap_in("skr-1", "doomed") is None
+    status = (await kcp.get("delete") or {})["status"]
+    assert {i["name"]: i["state"] for i in status["items"]} == {"doomed": "Ready", "never-existed": "Ready"}
+    assert status["applied"] == []
+
+
+async def test_renamed_and_removed_items_are_deleted_from_the_runtime(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """A rename deletes the old object; removing an item deletes its object."""
+    async with run_controller():
+        await kcp.create("rename", {"kyma": "skr-1", "items": [kcp.configmap("old-name", {"k": "v"}, item="a"),
+                                                              kcp.configmap("stays", {"k": "v"}, item="b")]})
+        await eventually(lambda: _has(kcp, "skr-1", "old-name", {"k": "v"}), what="created")
+        await kcp.patch_spec("rename", {"items": [kcp.configmap("new-name", {"k": "v"}, item="a")]})
+        await eventually(lambda: _has(kcp, "skr-1", "new-name", {"k": "v"}), what="renamed")
+        await eventually(lambda: _absent(kcp, "skr-1", "old-name"), what="old name deleted")
+        await eventually(lambda: _absent(kcp, "skr-1", "stays"), what="removed item deleted")
+        applied = (await kcp.get("rename") or {})["status"]["applied"]
+        assert [(a["item"], a["name"]) for a in applied] == [("a", "new-name")]
+
+
+async def test_deleting_the_sync_resource_removes_what_it_created(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """The finalizer deletes every applied object in every runtime, then lets the SyncResource go."""
+    async with run_controller():
+        await kcp.create("gone", {"target": {"selector": {}}, "items": [kcp.configmap("cm-gone", {"k": "v"})]})
+        for runtime in ("skr-1", "skr-2"):
+            await eventually(lambda r=runtime: _has(kcp, r, "cm-gone", {"k": "v"}), what=f"created in {runtime}")
+        await kube.request(kcp.api, "DELETE", kcp.path("gone"))
+        await eventually(lambda: _gone(kcp, "gone"), what="SyncResource deleted")
+    for runtime in ("skr-1", "skr-2"):
+        assert await kcp.configmap_in(runtime, "cm-gone") is None
+
+
+async def test_group_targeting_follows_kyma_labels(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """Labelling a Kyma adds its runtime to the group; unlabelling removes the objects there."""
+    label = f"test-{uuid.uuid4().hex[:6]}"
+    async with run_controller():
+        await label_kyma(kcp.api, "skr-1", {label: "beta"})
+        await kcp.create("group", {"target": {"selector": {"matchLabels": {label: "beta"}}},
+                                   "items": [kcp.configmap("cm-group", {"k": "v"})]})
+        await eventually(lambda: _has(kcp, "skr-1", "cm-group", {"k": "v"}), what="in skr-1")
+        assert await kcp.configmap_in("skr-2", "cm-group") is None
+        await label_kyma(kcp.api, "skr-2", {label: "beta"})
+        await eventually(lambda: _has(kcp, "skr-2", "cm-group", {"k": "v"}), what="joined skr-2")
+        await label_kyma(kcp.api, "skr-1", {label: None})
+        await eventually(lambda: _absent(kcp, "skr-1", "cm-group"), what="left skr-1")
+    await label_kyma(kcp.api, "skr-2", {label: None})
+
+
+async def test_restricted_kind_is_a_warning_and_not_applied(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """A Secret item is never synced: Warning with a message, nothing created."""
+    secret = {"name": "secret", "strategy": "CreateAndSync", "resource": {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "leak", "namespace": kcp.runtime_namespace},
+        "stringData": {"password": "x"}}}
+    async with run_controller():
+        await kcp.create("restricted", {"kyma": "skr-1", "items": [secret, kcp.configmap("fine", {"k": "v"})]})
+        await eventually(lambda: _state_is(kcp, "restricted", "Warning"), what="Warning")
+    status = (await kcp.get("restricted") or {})["status"]
+    states = {i["name"]: (i["state"], i.get("message", "")) for i in status["items"]}
+    assert states["secret"][0] == "Warning" and "restricted" in states["secret"][1]
+    assert states["fine"][0] == "Ready"
+    with pytest.raises(kube.NotFoundError):
+        await kube.request(kcp.skrs["skr-1"], "GET", f"/api/v1/namespaces/{kcp.runtime_namespace}/secrets/leak")
+
+
+async def test_unreachable_runtime_is_error_for_itself_only(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """A runtime whose apiserver does not answer shows Error; the reachable one is synced."""
+    label = f"test-{uuid.uuid4().hex[:6]}"
+    ca = pki.create_ca("nowhere")
+    dead = kubeconfigs.build(cluster="skr-down", server=f"https://127.0.0.1:{net.free_port()}",
+                             ca_pem=ca.cert_pem, user="x", token="x")
+    await register_runtime(kcp.api, "skr-down", dead, {label: "yes"})
+    await label_kyma(kcp.api, "skr-1", {label: "yes"})
+    try:
+        async with run_controller():
+            await kcp.create("partial", {"target": {"selector": {"matchLabels": {label: "yes"}}},
+                                         "items": [kcp.configmap("cm-partial", {"k": "v"})]})
+            await eventually(lambda: _has(kcp, "skr-1", "cm-partial", {"k": "v"}), what="synced to skr-1")
+            await eventually(lambda: _state_is(kcp, "partial", "Error"), what="Error")
+        status = (await kcp.get("partial") or {})["status"]
+        per_runtime = {i["runtime"]: i["state"] for i in status["items"]}
+        assert per_runtime == {"skr-1": "Ready", "skr-down": "Error"}
+        assert "unreachable" in next(i["message"] for i in status["items"] if i["runtime"] == "skr-down")
+    finally:
+        await label_kyma(kcp.api, "skr-1", {label: None})
+        await kube.request(kcp.api, "DELETE", f"{crds.KYMA.path('kcp-system')}/skr-down")
+
+
+async def test_five_hundred_items_converge(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """A 500-item SyncResource to two runtimes ends Ready with every object present."""
+    items = [kcp.configmap(f"bulk-{n}", {"n": str(n)}) for n in range(500)]
+    started = time.perf_counter()
+    async with run_controller():
+        await kcp.create("bulk", {"target": {"selector": {}}, "items": items})
+        await eventually(lambda: _state_is(kcp, "bulk", "Ready"), timeout=180, what="500 items Ready")
+    print(f"500 items x 2 runtimes converged in {time.perf_counter() - started:.1f}s")
+    for runtime in ("skr-1", "skr-2"):
+        listed = await kube.request(kcp.skrs[runtime], "GET", f"/api/v1/namespaces/{kcp.runtime_namespace}/configmaps",
+                                    query=[("labelSelector", "kyma-project.io/synced-by=kyma-sync")])
+        assert len(listed["items"]) == 500
+
+
+def _cm_path(kcp: Kcp, name: str) -> str:
+    return f"/api/v1/namespaces/{kcp.runtime_namespace}/configmaps/{name}"
+
+
+async def _has(kcp: Kcp, runtime: str, name: str, data: dict[str, str]) -> bool:
+    found = await kcp.configmap_in(runtime, name)
+    return found is not None and found.get("data") == data
+
+
+async def _absent(kcp: Kcp, runtime: str, name: str) -> bool:
+    return await kcp.configmap_in(runtime, name) is None
+
+
+async def _state_is(kcp: Kcp, name: str, state: str) -> bool:
+    return await kcp.state(name) == state
+
+
+async def _gone(kcp: Kcp, name: str) -> bool:
+    return await kcp.get(name) is None
+
