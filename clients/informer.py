@@ -35,32 +35,19 @@ async def follow(
     stop: asyncio.Event,
     watch_timeout_seconds: int = 300,
 ) -> None:
-    await aio.run_until(
-        stop,
-        _follow(api, gvr, namespace=namespace, label_selector=label_selector, handler=handler,
-                stop=stop, watch_timeout_seconds=watch_timeout_seconds),
-    )
+    async def forever() -> None:
+        backoff = aio.Backoff(initial=0.2, maximum=10)
+        while True:
+            await _list_then_watch(backoff)
 
-
-async def _follow(
-    api: client.ApiClient,
-    gvr: kube.Gvr,
-    *,
-    namespace: str | None,
-    label_selector: str | None,
-    handler: Handler,
-    stop: asyncio.Event,
-    watch_timeout_seconds: int,
-) -> None:
-    backoff = aio.Backoff(initial=0.2, maximum=10)
-    while not stop.is_set():
+    async def _list_then_watch(backoff: aio.Backoff) -> None:
         try:
             items, resource_version = await kube.list_objects(
                 api, gvr, namespace=namespace, label_selector=label_selector
             )
             await handler.listed(items)
             backoff.reset()
-            while not stop.is_set():
+            while True:
                 async for kind, obj in kube.watch_objects(
                     api,
                     gvr,
@@ -80,4 +67,6 @@ async def _follow(
                 "apiserver error, backing off",
                 extra={"resource": gvr.resource, "error": str(exc), "retry_in": round(delay, 2)},
             )
-            await aio.sleep_unless(stop, delay)
+            await asyncio.sleep(delay)
+
+    await aio.run_until(stop, forever())
