@@ -97,11 +97,7 @@ async def _ensure_rbac(api: client.ApiClient, module: str, access: ModuleAccess)
     name = service_account_name(module)
     subject = client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=access.namespace)
     meta = client.V1ObjectMeta(name=name, labels={runtimes.MODULE_LABEL: module})
-    try:
-        await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=access.namespace)))
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
+    await kube.ensure_namespace(api, access.namespace)
     try:
         await core.create_namespaced_service_account(access.namespace, client.V1ServiceAccount(metadata=meta))
     except ApiException as exc:

@@ -64,11 +64,7 @@ async def deliver_certificate(
 ) -> pki.KeyPair:
     """Issue a client certificate for ``runtime`` and write it into the runtime's watcher Secret."""
     core = client.CoreV1Api(runtime_api)
-    try:
-        await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=RUNTIME_SECRET_NAMESPACE)))
-    except ApiException as exc:
-        if exc.status != 409:
-            raise kube.translate(exc) from exc
+    await kube.ensure_namespace(runtime_api, RUNTIME_SECRET_NAMESPACE)
     pair = ca.issue_runtime(runtime, lifetime=lifetime)
     await stores.write_secret(
         core,

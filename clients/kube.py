@@ -86,6 +86,14 @@ async def client_from(kubeconfig: Path | None) -> client.ApiClient:
     return client.ApiClient(configuration=configuration)
 
 
+async def ensure_namespace(api: client.ApiClient, name: str) -> None:
+    """Create the namespace unless it exists."""
+    try:
+        await request(api, "POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    except ConflictError:
+        pass
+
+
 def read_kubeconfig(path: Path) -> dict[str, Any]:
     data = yaml.safe_load(path.read_text())
     if not isinstance(data, dict):

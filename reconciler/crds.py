@@ -10,6 +10,8 @@ from clients import kube
 GROUP = "operator.kyma-project.io"
 SYNC_RESOURCE = kube.Gvr(GROUP, "v1alpha1", "syncresources")
 KYMA = kube.Gvr(GROUP, "v1beta2", "kymas")
+MODULE_TEMPLATE = kube.Gvr(GROUP, "v1beta2", "moduletemplates")
+VPC_PEERING = kube.Gvr("cloud-resources.kyma-project.io", "v1beta1", "vpcpeerings")
 
 _OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 _STATES = ["Ready", "Processing", "Warning", "Error", "Deleting"]
@@ -99,10 +101,47 @@ def sync_resource_crd() -> dict[str, Any]:
 
 
 def kyma_crd() -> dict[str, Any]:
-    """A minimal Kyma CR: what the reconcilers read of it (the real one belongs to lifecycle-manager)."""
-    schema = {"type": "object", "properties": {"spec": _OBJECT, "status": _OBJECT}}
+    """A minimal Kyma CR (the real one belongs to lifecycle-manager): channel, modules, status.
+
+    ``spec.modules`` is a list-map keyed by name, so server-side apply merges entries per field
+    manager: KCP's modules and a runtime user's modules coexist, neither side removing the other's.
+    """
+    modules = {
+        "type": "array",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["name"],
+        "items": {
+            "type": "object",
+            "required": ["name"],
+            "x-kubernetes-preserve-unknown-fields": True,
+            "properties": {"name": {"type": "string"}, "channel": {"type": "string"}},
+        },
+    }
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+                "properties": {"channel": {"type": "string"}, "modules": modules},
+            },
+            "status": _OBJECT,
+        },
+    }
     printer = [{"name": "State", "type": "string", "jsonPath": ".status.state"}]
     return _crd(gvr=KYMA, kind="Kyma", short="kyma", schema=schema, printer=printer)
+
+
+def module_template_crd() -> dict[str, Any]:
+    schema = {"type": "object", "properties": {"spec": _OBJECT}}
+    return _crd(gvr=MODULE_TEMPLATE, kind="ModuleTemplate", short="mt", schema=schema, printer=[])
+
+
+def vpc_peering_crd() -> dict[str, Any]:
+    """The runtime-side resource of the SKR -> KCP mirror example (cloud-manager owns the real one)."""
+    schema = {"type": "object", "properties": {"spec": _OBJECT, "status": _OBJECT}}
+    printer = [{"name": "State", "type": "string", "jsonPath": ".status.state"}]
+    return _crd(gvr=VPC_PEERING, kind="VpcPeering", short="vpcp", schema=schema, printer=printer)
 
 
 CRDS = kube.Gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions")

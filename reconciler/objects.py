@@ -85,6 +85,18 @@ class ClusterObjects:
             content_type=_APPLY,
         )
 
+    async def merge_patch(self, ref: Ref, patch: dict[str, Any]) -> dict[str, Any]:
+        path, _ = await self._path(ref)
+        return await kube.request(
+            self.api, "PATCH", path, query=[("fieldManager", FIELD_MANAGER)], body=patch,
+            content_type="application/merge-patch+json",
+        )
+
+    async def list(self, api_version: str, kind: str, *, namespace: str | None, label_selector: str | None) -> list[dict[str, Any]]:
+        gvr, _ = await self._resource(api_version, kind)
+        items, _ = await kube.list_objects(self.api, gvr, namespace=namespace, label_selector=label_selector)
+        return items
+
     async def get(self, ref: Ref) -> dict[str, Any] | None:
         path, _ = await self._path(ref)
         try:

@@ -27,6 +27,8 @@ class RuntimeHandle:
     objects: objects.ClusterObjects
     limit: asyncio.Semaphore
     secret_version: str
+    prepared: set[str] = dataclasses.field(default_factory=set)
+    """What was ensured once for this client (CRDs, namespaces); a new client starts afresh."""
 
 
 class RuntimeClients:

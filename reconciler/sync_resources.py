@@ -75,13 +75,13 @@ class SyncResourceReconciler:
         kcp: client.ApiClient,
         clients: runtime_clients.RuntimeClients,
         settings: SyncSettings,
-        kymas: dict[str, dict[str, str]],
+        kymas: dict[str, dict[str, Any]],
     ) -> None:
         self._kcp = kcp
         self._clients = clients
         self._settings = settings
         self._kymas = kymas
-        """Kyma name -> labels, kept current by the controller's Kyma watch."""
+        """Kyma name -> Kyma CR, kept current by the manager's Kyma watch."""
         self.runtimes_of: dict[str, set[str]] = {}
         """SyncResource key -> runtimes it targeted or still has objects in."""
 
@@ -141,7 +141,10 @@ class SyncResourceReconciler:
         if spec.kyma is not None:
             return [spec.kyma] if spec.kyma in self._kymas else []
         assert spec.target is not None
-        return sorted(name for name, labels in self._kymas.items() if spec.target.selector.matches(labels))
+        return sorted(
+            name for name, kyma in self._kymas.items()
+            if spec.target.selector.matches((kyma.get("metadata") or {}).get("labels") or {})
+        )
 
     async def _sync_runtime(
         self, key: str, runtime: str, items: Iterable[model.Item], previously: list[model.AppliedRef]

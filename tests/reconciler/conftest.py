@@ -3,19 +3,27 @@
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
-from certs import kubeconfigs, runtimes, stores
+from certs import authority, kubeconfigs, runtimes, stores
 from clients import kube
 from devenv import landscape as landscape_mod
-from reconciler import crds, sync_controller
+from listener import server
+from listener import settings as listener_settings
+from reconciler import cli, crds, manager, settings
+from watcher import agent as agent_mod
+
+from ..listener.conftest import wait_ready
 
 MODULE = "kyma-sync"
 
@@ -104,7 +112,7 @@ class Kcp:
 @pytest.fixture
 async def kcp(landscape: landscape_mod.Landscape, kcp_api: client.ApiClient) -> AsyncIterator[Kcp]:
     await ensure_namespace(kcp_api, runtimes.KCP_NAMESPACE)
-    await crds.install(kcp_api, [crds.sync_resource_crd(), crds.kyma_crd()])
+    await crds.install(kcp_api, [crds.sync_resource_crd(), crds.kyma_crd(), crds.module_template_crd()])
     suffix = uuid.uuid4().hex[:6]
     namespace, runtime_namespace = f"sr-{suffix}", f"synced-{suffix}"
     await ensure_namespace(kcp_api, namespace)
@@ -118,20 +126,88 @@ async def kcp(landscape: landscape_mod.Landscape, kcp_api: client.ApiClient) -> 
 
 
 @pytest.fixture
-def run_controller(kcp: Kcp) -> Callable[..., "contextlib.AbstractAsyncContextManager[sync_controller.SyncResourceController]"]:
+def run_controller(kcp: Kcp) -> Callable[..., "contextlib.AbstractAsyncContextManager[manager.Manager]"]:
+    """Start the reconcilers on this test's KCP namespace; by default only the SyncResource controller."""
+
     @contextlib.asynccontextmanager
-    async def start(**settings: Any) -> AsyncIterator[sync_controller.SyncResourceController]:
-        controller = sync_controller.SyncResourceController(
-            kcp=kcp.api,
-            settings=sync_controller.ControllerSettings(namespace=kcp.namespace, **settings),
-            registry=CollectorRegistry(),
-        )
+    async def start(
+        *, resync_seconds: float = 300, nats_servers: tuple[str, ...] = (), **sections: Any
+    ) -> AsyncIterator[manager.Manager]:
+        config = settings.ReconcilerSettings.model_validate({
+            "nats_servers": nats_servers,
+            "durable_prefix": f"test-{uuid.uuid4().hex[:6]}",
+            "sync_resources": {"namespace": kcp.namespace, "resync_seconds": resync_seconds},
+            "module_templates": {"enabled": False},
+            "kyma": {"enabled": False},
+            **sections,
+        })
+        running = cli.build_manager(config, kcp=kcp.api, registry=CollectorRegistry())
         stop = asyncio.Event()
-        task = asyncio.create_task(controller.run(stop=stop))
+        task = asyncio.create_task(running.run(stop=stop))
         try:
-            yield controller
+            yield running
         finally:
             stop.set()
             await task
 
     return start
+
+
+def _write(directory: Path, name: str, data: bytes) -> str:
+    (directory / name).write_bytes(data)
+    return str(directory / name)
+
+
+@dataclasses.dataclass
+class Pipeline:
+    """A real listener on the landscape's NATS and a real watcher agent in skr-1."""
+
+    listener: server.Bound
+    watcher: agent_mod.Agent
+
+
+@pytest.fixture
+def pipeline(
+    landscape: landscape_mod.Landscape, kcp: Kcp, tmp_path: Path
+) -> Callable[[list[dict[str, Any]], list[str]], "contextlib.AbstractAsyncContextManager[Pipeline]"]:
+    @contextlib.asynccontextmanager
+    async def start(watches: list[dict[str, Any]], modules: list[str]) -> AsyncIterator[Pipeline]:
+        ca = authority.Authority.create("kyma-sync-ca")
+        hour = datetime.timedelta(hours=1)
+        serving, client_cert = ca.issue_server(["127.0.0.1"], lifetime=hour), ca.issue_runtime("skr-1", lifetime=hour)
+        bundle = _write(tmp_path, "bundle.crt", ca.to_files()[authority.BUNDLE])
+        listener_config = listener_settings.ListenerSettings.model_validate({
+            "host": "127.0.0.1", "port": 0, "management_port": 0, "modules": modules,
+            "tls": {"cert_file": _write(tmp_path, "srv.crt", serving.cert_pem),
+                    "key_file": _write(tmp_path, "srv.key", serving.key_pem)},
+            "trust": {"client_ca_file": bundle},
+            "nats": {"servers": [landscape.nats.url]},
+        })
+        async with server.serving(listener_config, registry=CollectorRegistry()) as bound:
+            await wait_ready(bound)
+            watcher_config = tmp_path / "watcher.yaml"
+            watcher_config.write_text(yaml.safe_dump({
+                "runtime": "skr-1",
+                "listeners": [{"url": bound.events_url}],
+                "tls": {"cert_file": _write(tmp_path, "c.crt", client_cert.cert_pem),
+                        "key_file": _write(tmp_path, "c.key", client_cert.key_pem), "ca_file": bundle},
+                "watches": watches,
+                "lease": {"namespace": kcp.runtime_namespace},
+                "checkpoint": {"namespace": kcp.runtime_namespace},
+                "management_port": 0,
+            }))
+            watcher = agent_mod.Agent(config_path=watcher_config, api=kcp.skrs["skr-1"], identity="w", registry=CollectorRegistry())
+            stop = asyncio.Event()
+            watching = asyncio.create_task(watcher.run(stop=stop))
+            try:
+                await eventually(lambda: _is(watcher.leading), what="watcher leading")
+                yield Pipeline(listener=bound, watcher=watcher)
+            finally:
+                stop.set()
+                await watching
+
+    return start
+
+
+async def _is(value: bool) -> bool:
+    return value

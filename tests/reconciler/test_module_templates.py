@@ -1,0 +1,70 @@
+"""ModuleTemplates copied write-only from KCP into every runtime."""
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from clients import kube
+from reconciler import crds
+
+from .conftest import Kcp, eventually
+
+pytestmark = pytest.mark.integration
+
+RUNTIME_PATH = crds.MODULE_TEMPLATE.path("kyma-system")
+KCP_PATH = crds.MODULE_TEMPLATE.path("kcp-system")
+
+
+async def template_in(kcp: Kcp, runtime: str, name: str) -> dict[str, Any] | None:
+    try:
+        return await kube.request(kcp.skrs[runtime], "GET", f"{RUNTIME_PATH}/{name}")
+    except kube.NotFoundError:
+        return None
+
+
+async def create_template(kcp: Kcp, name: str, version: str) -> None:
+    await kube.request(kcp.api, "POST", KCP_PATH, body={
+        "apiVersion": "operator.kyma-project.io/v1beta2", "kind": "ModuleTemplate",
+        "metadata": {"name": name, "namespace": "kcp-system"}, "spec": {"moduleName": "keda", "version": version}})
+
+
+async def test_templates_reach_every_runtime_edits_revert_deletions_follow(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A KCP template appears in both runtimes; a runtime edit is reverted; a KCP deletion removes all copies."""
+    name = f"keda-{uuid.uuid4().hex[:6]}"
+    async with run_controller(module_templates={"enabled": True, "workers": 1, "resync_seconds": 1}) as running:
+        await create_template(kcp, name, "1.0.0")
+
+        async def everywhere(version: str) -> bool:
+            copies = [await template_in(kcp, r, name) for r in ("skr-1", "skr-2")]
+            return all(c is not None and c["spec"]["version"] == version for c in copies)
+
+        await eventually(lambda: everywhere("1.0.0"), what="copied to both runtimes")
+        await kube.request(kcp.skrs["skr-1"], "PATCH", f"{RUNTIME_PATH}/{name}", body={"spec": {"version": "hacked"}},
+                           content_type="application/merge-patch+json")
+        await eventually(lambda: everywhere("1.0.0"), what="edit reverted")
+        await kube.request(kcp.api, "PATCH", f"{KCP_PATH}/{name}", body={"spec": {"version": "1.1.0"}},
+                           content_type="application/merge-patch+json")
+        await eventually(lambda: everywhere("1.1.0"), what="update fanned out")
+        await kube.request(kcp.api, "DELETE", f"{KCP_PATH}/{name}")
+
+        async def nowhere() -> bool:
+            return all([await template_in(kcp, r, name) is None for r in ("skr-1", "skr-2")])
+
+        await eventually(nowhere, what="deleted from every runtime")
+        controller = next(c for c in running._controllers if c.__class__.__name__ == "ModuleTemplateController")
+    assert controller.max_in_flight == 1  # type: ignore[attr-defined]
+
+
+async def test_disabled_flag_copies_nothing(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """With module_templates disabled no template reaches a runtime."""
+    name = f"off-{uuid.uuid4().hex[:6]}"
+    async with run_controller(module_templates={"enabled": False}):
+        await create_template(kcp, name, "1.0.0")
+        await asyncio.sleep(2)
+        assert await template_in(kcp, "skr-1", name) is None
+    await kube.request(kcp.api, "DELETE", f"{KCP_PATH}/{name}")
