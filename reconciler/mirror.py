@@ -44,12 +44,12 @@ class MirroredKind:
     """The module watchers route this kind's changes to."""
 
     @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
     def gvr(self) -> kube.Gvr:
         return kube.Gvr(self.group, self.version, self.resource)
+
+    @property
+    def api_version(self) -> str:
+        return self.gvr.api_version
 
 
 @dataclasses.dataclass(frozen=True)
