@@ -108,7 +108,7 @@ async def _rotate_runtime(
     for module, module_access in settings.module_access.modules.items():
         if await access.kubeconfig_due(kcp, runtime=runtime.name, module=module, fraction=settings.renew_fraction):
             await access.issue_kubeconfig(kcp=kcp, runtime=runtime, module=module, access=module_access)
-            log.info("renewed module kubeconfig", extra={"runtime": runtime.name, "module": module})
+            log.info("renewed module kubeconfig", extra={"runtime": runtime.name, "kyma_module": module})
             report.kubeconfigs.append(f"{module}/{runtime.name}")
 
 

@@ -1,6 +1,7 @@
 """``kyma-devenv``: bring up the local landscape (NATS, KCP, runtimes) on loopback."""
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -12,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from contract import ids
-from devenv import errors, landscape, testbin
+from devenv import demo, errors, landscape, testbin
+from kit import aio
 from observability import logs
 
 log = logging.getLogger("kyma-devenv")
@@ -52,6 +54,14 @@ def _parser() -> argparse.ArgumentParser:
         help="print the endpoints and stop again at once (a start-up check)",
     )
 
+    demo_cmd = commands.add_parser(
+        "demo",
+        help="the whole pipeline (NATS, KCP + 2 runtimes, listener, watchers, reconciler) and a "
+        "SyncResource + VpcPeering scenario with timings; Ctrl-C stops everything",
+    )
+    demo_cmd.add_argument("--workdir", help="where state and logs go (default: a new temp directory)")
+    demo_cmd.add_argument("--exit-when-done", action="store_true", help="stop after the scenario (for CI)")
+
     commands.add_parser("build-testbin", help="build kube-apiserver and etcd now (once per version)")
     return parser
 
@@ -87,15 +97,36 @@ def _up(args: argparse.Namespace) -> None:
         log.info("landscape stopped")
 
 
+def _demo(args: argparse.Namespace) -> None:
+    binaries = testbin.ensure(directory=_binaries_dir(args))
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kyma-sync-demo-"))
+    running = landscape.start(workdir=workdir, binaries=binaries)
+    print("control plane up")
+    print(json.dumps(running.describe(), indent=2), flush=True)
+
+    async def wait() -> None:
+        if not args.exit_when_done:
+            print("Ctrl-C stops everything", file=sys.stderr, flush=True)
+            await aio.stop_on_signals().wait()
+
+    try:
+        asyncio.run(demo.run(running, wait=wait))
+    finally:
+        running.stop()
+        log.info("landscape stopped")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logs.configure(level=args.log_level, json_lines=False)
     try:
         if args.command == "build-testbin":
             testbin.ensure(directory=_binaries_dir(args))
+        elif args.command == "demo":
+            _demo(args)
         else:
             _up(args)
-    except (errors.DevenvError, ValueError) as exc:
+    except (errors.DevenvError, ValueError, TimeoutError, RuntimeError) as exc:
         print(f"kyma-devenv: {exc}", file=sys.stderr)
         return 1
     return 0

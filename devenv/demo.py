@@ -1,0 +1,281 @@
+"""The end-to-end demo: the whole pipeline on this machine, then two scenarios with timings.
+
+Everything is real and separate: NATS, a KCP and two runtime apiservers, `kyma-listener`,
+one `kyma-watcher` per runtime and `kyma-reconciler` as their own processes, with certificates
+issued by `certs` and least-privilege kubeconfigs minted for watchers and reconciler. Only the
+KCP-side peering manager (cloud-manager's job) is a stand-in, run inside this process.
+"""
+
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import datetime
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes_asyncio import client
+
+from certs import access, authority, kubeconfigs, rotation, runtimes, stores
+from clients import informer, kube
+from devenv import landscape as landscape_mod
+from devenv import net, process
+from reconciler import crds
+
+RECONCILER_ACCESS = {
+    "clusterRules": [{"apiGroups": ["", "operator.kyma-project.io", "cloud-resources.kyma-project.io",
+                                    "apiextensions.k8s.io"], "resources": ["*"], "verbs": ["*"]}],
+}
+WATCHER_ACCESS = {
+    "clusterRules": [{"apiGroups": ["", "operator.kyma-project.io", "cloud-resources.kyma-project.io"],
+                      "resources": ["configmaps", "vpcpeerings", "moduletemplates", "kymas"],
+                      "verbs": ["get", "list", "watch"]}],
+    "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+              {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]}],
+}
+MERGE = "application/merge-patch+json"
+
+
+@dataclasses.dataclass
+class Timeline:
+    started: float = dataclasses.field(default_factory=time.perf_counter)
+
+    def say(self, message: str) -> None:
+        print(f"[{time.perf_counter() - self.started:7.2f}s] {message}", flush=True)
+
+
+async def until(check: Callable[[], Awaitable[bool]], *, timeout: float, what: str) -> float:
+    began = time.perf_counter()
+    while not await check():
+        if time.perf_counter() - began > timeout:
+            raise TimeoutError(f"demo: {what} did not happen within {timeout:.0f}s")
+        await asyncio.sleep(0.05)
+    return time.perf_counter() - began
+
+
+async def _get(api: client.ApiClient, path: str) -> dict[str, Any] | None:
+    try:
+        return await kube.request(api, "GET", path)
+    except kube.NotFoundError:
+        return None
+
+
+class StandInPeeringManager:
+    """cloud-manager's part in KCP: a mirrored VpcPeering gets a status."""
+
+    def __init__(self, kcp: client.ApiClient) -> None:
+        self._kcp = kcp
+
+    async def listed(self, items: list[dict[str, Any]]) -> None:
+        for obj in items:
+            await self.changed("ADDED", obj)
+
+    async def changed(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "DELETED" or obj.get("status"):
+            return
+        meta = obj["metadata"]
+        await kube.request(self._kcp, "PATCH", f"{crds.VPC_PEERING.path(meta['namespace'])}/{meta['name']}/status",
+                           body={"status": {"state": "Ready", "peeringId": f"pcx-{meta['name'][-6:]}"}}, content_type=MERGE)
+
+
+def _start(name: str, argv: list[str], workdir: Path, procs: list[process.ManagedProcess]) -> process.ManagedProcess:
+    managed = process.ManagedProcess(name=name, argv=[sys.executable, "-m", *argv], log_path=workdir / "logs" / f"{name}.log")
+    managed.start()
+    procs.append(managed)
+    return managed
+
+
+async def _prepare(running: landscape_mod.Landscape, kcp: client.ApiClient, say: Timeline) -> Path:
+    """Register runtimes in KCP, issue certificates, mint kubeconfigs; returns the CA store."""
+    workdir = running.workdir
+    core = client.CoreV1Api(kcp)
+    await kube.ensure_namespace(kcp, runtimes.KCP_NAMESPACE)
+    await crds.install(kcp, [crds.sync_resource_crd(), crds.kyma_crd(), crds.module_template_crd(), crds.vpc_peering_crd()])
+    for name, cluster in running.runtimes.items():
+        await stores.write_secret(core, namespace=runtimes.KCP_NAMESPACE, name=runtimes.master_secret_name(name),
+                                  data={runtimes.KUBECONFIG_KEY: kubeconfigs.dump(cluster.admin_kubeconfig()).encode()},
+                                  labels={runtimes.RUNTIME_LABEL: name})
+        await kube.request(kcp, "POST", crds.KYMA.path(runtimes.KCP_NAMESPACE), body={
+            "apiVersion": crds.KYMA.api_version, "kind": "Kyma",
+            "metadata": {"name": name, "namespace": runtimes.KCP_NAMESPACE, "labels": {"kyma-project.io/channel": "regular"}},
+            "spec": {"channel": "regular", "modules": [{"name": "btp-operator"}]}})
+        async with await kube.api_client(cluster.admin_kubeconfig()) as runtime_api:
+            await crds.install(runtime_api, [crds.vpc_peering_crd()])
+            await kube.ensure_namespace(runtime_api, "demo")
+    store = stores.DirectoryStore(workdir / "ca")
+    await store.write(authority.Authority.create("kyma-sync-demo-ca").to_files())
+    config = access.AccessConfig.model_validate({"modules": {"kyma-sync": RECONCILER_ACCESS, "kyma-watcher": WATCHER_ACCESS}})
+    report = await rotation.rotate_once(kcp=kcp, store=store, settings=rotation.RotationSettings(module_access=config))
+    if report.failures:
+        raise RuntimeError(f"demo: issuing credentials failed: {report.failures}")
+    say.say(f"certificates issued to {', '.join(report.certificates)}; kubeconfigs minted: {', '.join(sorted(report.kubeconfigs))}")
+    return store.directory
+
+
+async def _runtime_files(kcp: client.ApiClient, running: landscape_mod.Landscape, runtime: str) -> dict[str, str]:
+    """The watcher's kubeconfig (minted, least privilege) and certificate, as files."""
+    directory = running.workdir / "runtimes" / runtime
+    directory.mkdir(parents=True, exist_ok=True)
+    secret = await kube.request(kcp, "GET", f"/api/v1/namespaces/{runtimes.KCP_NAMESPACE}/secrets/"
+                                f"{runtimes.module_secret_name('kyma-watcher', runtime)}")
+    (directory / "kubeconfig").write_bytes(base64.b64decode(secret["data"][runtimes.KUBECONFIG_KEY]))
+    async with await kube.api_client(running.runtimes[runtime].admin_kubeconfig()) as runtime_api:
+        tls = await kube.request(runtime_api, "GET", f"/api/v1/namespaces/{rotation.RUNTIME_SECRET_NAMESPACE}/secrets/"
+                                 f"{rotation.RUNTIME_SECRET_NAME}")
+    for key in ("tls.crt", "tls.key", "ca.crt"):
+        (directory / key).write_bytes(base64.b64decode(tls["data"][key]))
+    return {"dir": str(directory), "kubeconfig": str(directory / "kubeconfig")}
+
+
+@contextlib.asynccontextmanager
+async def pipeline(running: landscape_mod.Landscape, kcp: client.ApiClient, say: Timeline) -> AsyncIterator[None]:
+    workdir = running.workdir
+    ca_dir = await _prepare(running, kcp, say)
+    ca = authority.Authority.from_files(await stores.DirectoryStore(ca_dir).read())
+    serving = ca.issue_server(["127.0.0.1", "localhost"], lifetime=datetime.timedelta(days=1))
+    (workdir / "listener.crt").write_bytes(serving.cert_pem)
+    (workdir / "listener.key").write_bytes(serving.key_pem)
+    port, listener_management = net.free_port(), net.free_port()
+    configs = workdir / "config"
+    configs.mkdir(exist_ok=True)
+    (configs / "listener.yaml").write_text(yaml.safe_dump({
+        "host": "127.0.0.1", "port": port, "management_port": listener_management,
+        "modules": ["kyma-sync", "cloud-manager"],
+        "tls": {"cert_file": str(workdir / "listener.crt"), "key_file": str(workdir / "listener.key")},
+        "trust": {"client_ca_file": str(ca_dir / authority.BUNDLE), "crl_file": str(ca_dir / authority.CRL)},
+        "nats": {"servers": [running.nats.url]},
+    }))
+    (configs / "reconciler.yaml").write_text(yaml.safe_dump({
+        "nats_servers": [running.nats.url], "management_port": net.free_port(),
+        "mirror": {"enabled": True}, "sync_resources": {"resync_seconds": 600},
+    }))
+    procs: list[process.ManagedProcess] = []
+    try:
+        listener = _start("listener", ["listener.cli", "--config", str(configs / "listener.yaml")], workdir, procs)
+        listener.wait_ready(lambda: net.http_ok(f"http://127.0.0.1:{listener_management}/readyz"), timeout=30)
+        say.say(f"listener up at https://127.0.0.1:{port} (mTLS)")
+        for runtime in running.runtimes:
+            files = await _runtime_files(kcp, running, runtime)
+            synced = "kyma-project.io/synced-by=kyma-sync"
+            (configs / f"watcher-{runtime}.yaml").write_text(yaml.safe_dump({
+                "runtime": runtime,
+                "listeners": [{"url": f"https://127.0.0.1:{port}"}],
+                "tls": {"cert_file": f"{files['dir']}/tls.crt", "key_file": f"{files['dir']}/tls.key",
+                        "ca_file": f"{files['dir']}/ca.crt"},
+                "watches": [
+                    {"version": "v1", "resource": "configmaps", "label_selector": synced, "module": "kyma-sync"},
+                    {"group": "operator.kyma-project.io", "version": "v1beta2", "resource": "moduletemplates",
+                     "label_selector": synced, "module": "kyma-sync"},
+                    {"group": "cloud-resources.kyma-project.io", "version": "v1beta1", "resource": "vpcpeerings",
+                     "label_selector": "!kyma-project.io/skip-mirror", "module": "cloud-manager"},
+                ],
+                "management_port": net.free_port(),
+            }))
+            _start(f"watcher-{runtime}", ["watcher.cli", "--config", str(configs / f"watcher-{runtime}.yaml"),
+                                          "--kubeconfig", files["kubeconfig"], "--identity", f"{runtime}-node-0"], workdir, procs)
+        say.say(f"watchers started in {', '.join(running.runtimes)} (least-privilege kubeconfigs, runtime certificates)")
+        _start("reconciler", ["reconciler.cli", "--config", str(configs / "reconciler.yaml"),
+                              "--kcp-kubeconfig", str(running.kcp.admin_kubeconfig_path)], workdir, procs)
+        say.say("reconciler started (SyncResources, mirror, ModuleTemplates, Kyma)")
+        yield
+    finally:
+        for managed in reversed(procs):
+            managed.stop()
+
+
+async def scenario(running: landscape_mod.Landscape, kcp: client.ApiClient, say: Timeline) -> None:
+    skr = {name: await kube.api_client(c.admin_kubeconfig()) for name, c in running.runtimes.items()}
+    try:
+        sr_path = f"{crds.SYNC_RESOURCE.path('default')}/demo"
+        cm = "/api/v1/namespaces/demo/configmaps/demo-settings"
+        await kube.request(kcp, "POST", crds.SYNC_RESOURCE.path("default"), body={
+            "apiVersion": crds.SYNC_RESOURCE.api_version, "kind": "SyncResource",
+            "metadata": {"name": "demo", "namespace": "default"},
+            "spec": {"target": {"selector": {"matchLabels": {"kyma-project.io/channel": "regular"}}}, "items": [
+                {"name": "settings", "strategy": "CreateAndSync", "resource": {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "demo-settings", "namespace": "demo"}, "data": {"feature": "on"}}},
+                {"name": "defaults", "strategy": "CreateAndIgnore", "resource": {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "demo-defaults", "namespace": "demo"}, "data": {"tune": "me"}}},
+                {"name": "secret", "strategy": "CreateAndSync", "resource": {"apiVersion": "v1", "kind": "Secret",
+                 "metadata": {"name": "never", "namespace": "demo"}, "stringData": {"x": "y"}}},
+            ]}})
+        say.say("SyncResource default/demo created: 3 items to every runtime on channel 'regular'")
+
+        async def sr_state() -> bool:
+            state = ((await _get(kcp, sr_path) or {}).get("status") or {}).get("state")
+            return state == "Warning"
+
+        took = await until(sr_state, timeout=60, what="SyncResource convergence")
+        say.say(f"SyncResource converged in {took:.2f}s: state Warning (the Secret item is a restricted kind, not synced)")
+        for name, api in skr.items():
+            found = await _get(api, cm)
+            say.say(f"  {name}: demo-settings data={found['data'] if found else None}")
+
+        await kube.request(skr["skr-1"], "PATCH", cm, body={"data": {"feature": "off"}}, content_type=MERGE,
+                           query=[("fieldManager", "kubectl")])
+        say.say("user edits demo-settings in skr-1 (feature=off)")
+
+        async def reset() -> bool:
+            return ((await _get(skr["skr-1"], cm)) or {}).get("data") == {"feature": "on"}
+
+        took = await until(reset, timeout=30, what="drift reset")
+        say.say(f"drift reset after {took:.2f}s (watcher -> listener -> JetStream -> reconciler)")
+
+        peering = crds.VPC_PEERING.path("demo") + "/peer-to-shared-vpc"
+        await kube.request(skr["skr-1"], "POST", crds.VPC_PEERING.path("demo"), body={
+            "apiVersion": crds.VPC_PEERING.api_version, "kind": "VpcPeering",
+            "metadata": {"name": "peer-to-shared-vpc", "namespace": "demo"}, "spec": {"remoteVpc": "vpc-0123"}})
+        say.say("user creates VpcPeering demo/peer-to-shared-vpc in skr-1")
+        mirror = crds.VPC_PEERING.path("mirror-skr-1") + "/demo.peer-to-shared-vpc"
+        took = await until(lambda: _exists(kcp, mirror), timeout=30, what="mirror in KCP")
+        say.say(f"mirrored to KCP as mirror-skr-1/demo.peer-to-shared-vpc after {took:.2f}s")
+
+        async def status_back() -> bool:
+            return bool(((await _get(skr["skr-1"], peering)) or {}).get("status", {}).get("peeringId"))
+
+        took = await until(status_back, timeout=30, what="peering status in the runtime")
+        status = ((await _get(skr["skr-1"], peering)) or {}).get("status")
+        say.say(f"KCP status flowed back to skr-1 after {took:.2f}s: {status}")
+        await kube.request(skr["skr-1"], "DELETE", peering)
+
+        async def both_gone() -> bool:
+            return not await _exists(kcp, mirror) and not await _exists(skr["skr-1"], peering)
+
+        took = await until(both_gone, timeout=30, what="peering cleanup")
+        say.say(f"user deletes the VpcPeering: mirror and runtime object gone after {took:.2f}s")
+
+        async def kyma_in_runtime() -> bool:
+            found = await _get(skr["skr-2"], f"{crds.KYMA.path('kyma-system')}/default")
+            return found is not None and {m["name"] for m in found["spec"].get("modules", [])} == {"btp-operator"}
+
+        took = await until(kyma_in_runtime, timeout=30, what="Kyma CR in the runtime")
+        say.say(f"Kyma CR kyma-system/default present in the runtimes with KCP's modules (checked after {took:.2f}s)")
+    finally:
+        for api in skr.values():
+            await api.close()
+
+
+async def _exists(api: client.ApiClient, path: str) -> bool:
+    return await _get(api, path) is not None
+
+
+async def run(running: landscape_mod.Landscape, *, wait: Callable[[], Awaitable[None]]) -> None:
+    say = Timeline()
+    async with await kube.api_client(running.kcp.admin_kubeconfig()) as kcp:
+        async with pipeline(running, kcp, say):
+            stop_manager = asyncio.Event()
+            manager = asyncio.create_task(informer.follow(
+                kcp, crds.VPC_PEERING, namespace=None, label_selector=runtimes.RUNTIME_LABEL,
+                handler=StandInPeeringManager(kcp), stop=stop_manager,
+            ))
+            try:
+                await scenario(running, kcp, say)
+                say.say(f"demo done; component logs in {running.workdir / 'logs'}")
+                await wait()
+            finally:
+                stop_manager.set()
+                await manager

@@ -1,0 +1,39 @@
+"""End to end: the README's demo, as CI runs it — every component a process of its own."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devenv import testbin
+
+pytestmark = pytest.mark.integration
+
+
+def test_demo_scenario_converges_and_exits_cleanly(testbin_binaries: testbin.Binaries, tmp_path: Path) -> None:
+    """SyncResource converges, drift is reset, the VpcPeering is mirrored with status back and cleaned up."""
+    result = subprocess.run(
+        [sys.executable, "-m", "devenv.cli", "--testbin", str(testbin_binaries.directory),
+         "demo", "--exit-when-done", "--workdir", str(tmp_path / "demo")],
+        capture_output=True, text=True, timeout=240, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    output = result.stdout
+    assert result.returncode == 0, result.stderr[-3000:]
+    for expected in (
+        "control plane up",
+        "certificates issued to skr-1, skr-2",
+        "listener up at https://127.0.0.1:",
+        "SyncResource converged in",
+        "skr-2: demo-settings data={'feature': 'on'}",
+        "drift reset after",
+        "mirrored to KCP as mirror-skr-1/demo.peer-to-shared-vpc",
+        "KCP status flowed back to skr-1",
+        "mirror and runtime object gone",
+        "Kyma CR kyma-system/default present",
+        "demo done",
+    ):
+        assert expected in output, f"missing {expected!r} in:\n{output}"
+    logs = tmp_path / "demo" / "logs"
+    assert {p.name for p in logs.iterdir()} >= {"listener.log", "watcher-skr-1.log", "watcher-skr-2.log", "reconciler.log"}
