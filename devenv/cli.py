@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     demo_cmd.add_argument("--workdir", help="where state and logs go (default: a new temp directory)")
     demo_cmd.add_argument("--exit-when-done", action="store_true", help="stop after the scenario (for CI)")
 
-    commands.add_parser("build-testbin", help="build kube-apiserver and etcd now (once per version)")
+    commands.add_parser("build-testbin", help="build kube-apiserver, etcd and helm now (once per version)")
     return parser
 
 
@@ -122,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "build-testbin":
             testbin.ensure(directory=_binaries_dir(args))
+            testbin.ensure_helm(directory=testbin.default_cache_root() / "tools")
         elif args.command == "demo":
             _demo(args)
         else:

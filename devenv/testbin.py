@@ -34,6 +34,24 @@ class Binaries:
         return all(os.access(path, os.X_OK) for path in (self.kube_apiserver, self.etcd))
 
 
+HELM_MODULE = "helm.sh/helm/v3/cmd/helm"
+HELM_VERSION = "v3.19.0"
+
+
+def ensure_helm(*, directory: Path, version: str = HELM_VERSION) -> Path:
+    """helm (for chart tests) built from the Go module proxy into ``directory``, once."""
+    helm = directory / version / "helm"
+    if os.access(helm, os.X_OK):
+        return helm
+    log.warning("building helm %s into %s (takes minutes, once)", version, helm.parent)
+    result = subprocess.run(
+        ["go", "install", f"{HELM_MODULE}@{version}"], env={**os.environ, "GOBIN": str(helm.parent)}, check=False
+    )
+    if result.returncode != 0 or not os.access(helm, os.X_OK):
+        raise errors.TestbinBuildError(f"building helm {version} failed (exit {result.returncode}); the go output above says why")
+    return helm
+
+
 def default_cache_root() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "kyma-sync" / "testbin"

@@ -71,7 +71,10 @@ class ClusterObjects:
         _, namespace = await self._path(ref)
         return dataclasses.replace(ref, namespace=namespace)
 
-    async def apply(self, obj: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
+    async def apply(
+        self, obj: dict[str, Any], *, subresource: str | None = None, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Server-side apply, forced; ``dry_run`` validates and admits it without persisting."""
         ref = Ref.of(obj)
         path, namespace = await self._path(ref, subresource=subresource)
         metadata = {**obj["metadata"], **({"namespace": namespace} if namespace else {})}
@@ -80,7 +83,7 @@ class ClusterObjects:
             self.api,
             "PATCH",
             path,
-            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")] + ([("dryRun", "All")] if dry_run else []),
             body={**obj, "metadata": metadata},
             content_type=_APPLY,
         )
