@@ -182,7 +182,7 @@ async def issue_kubeconfig(
     runtime: runtimes.Runtime,
     module: str,
     access: ModuleAccess,
-    namespace: str = runtimes.KCP_NAMESPACE,
+    namespace: str = runtimes.KUBECONFIG_NAMESPACE,
 ) -> Token:
     """Mint a token in the runtime, store its kubeconfig in KCP, then revoke the previous tokens."""
     server, ca_pem = _cluster_of(runtime.kubeconfig)
@@ -191,6 +191,7 @@ async def issue_kubeconfig(
         document = kubeconfigs.build(
             cluster=runtime.name, server=server, ca_pem=ca_pem, user=service_account_name(module), token=token.value
         )
+        await kube.ensure_namespace(kcp, namespace)
         await stores.write_secret(
             client.CoreV1Api(kcp),
             namespace=namespace,
@@ -207,7 +208,7 @@ async def issue_kubeconfig(
 
 
 async def kubeconfig_due(
-    kcp: client.ApiClient, *, runtime: str, module: str, fraction: float = 2 / 3, namespace: str = runtimes.KCP_NAMESPACE
+    kcp: client.ApiClient, *, runtime: str, module: str, fraction: float = 2 / 3, namespace: str = runtimes.KUBECONFIG_NAMESPACE
 ) -> bool:
     """Whether the module's kubeconfig for the runtime is missing or past ``fraction`` of its token's life."""
     try:

@@ -156,7 +156,7 @@ async def _execute(args: argparse.Namespace, store: stores.Store, kcp: client.Ap
         token = await access.issue_kubeconfig(kcp=kcp, runtime=runtime, module=args.module, access=module_access)
         print(
             f"kubeconfig for {args.module} in {args.runtime} written to Secret "
-            f"{runtimes.KCP_NAMESPACE}/{runtimes.module_secret_name(args.module, args.runtime)} (token until {token.expires_at:%Y-%m-%d %H:%M}Z)"
+            f"{runtimes.KUBECONFIG_NAMESPACE}/{runtimes.module_secret_name(args.module, args.runtime)} (token until {token.expires_at:%Y-%m-%d %H:%M}Z)"
         )
     elif args.command == "rotate":
         assert kcp is not None

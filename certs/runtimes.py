@@ -2,7 +2,8 @@
 
 Convention (as the Kyma lifecycle manager keeps them): Secret ``kcp-system/kubeconfig-<runtime>``
 labelled ``kyma-project.io/runtime=<runtime>``, the kubeconfig under key ``config``. Only certs/
-reads these: every other component gets a least-privilege kubeconfig minted from them.
+reads these: every other component gets a least-privilege kubeconfig minted from them, stored in
+``kyma-sync-kubeconfigs/<module>-kubeconfig-<runtime>``.
 """
 
 import base64
@@ -17,6 +18,9 @@ from clients import kube
 from contract import ids
 
 KCP_NAMESPACE = "kcp-system"
+KUBECONFIG_NAMESPACE = "kyma-sync-kubeconfigs"
+"""Where minted module kubeconfigs go: apart from the master kubeconfigs, so that reading them
+(the reconcilers may) never grants reading a master kubeconfig (only certs/ may)."""
 RUNTIME_LABEL = "kyma-project.io/runtime"
 MODULE_LABEL = "kyma-project.io/module"
 KUBECONFIG_KEY = "config"

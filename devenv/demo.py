@@ -120,7 +120,7 @@ async def _runtime_files(kcp: client.ApiClient, running: landscape_mod.Landscape
     """The watcher's kubeconfig (minted, least privilege) and certificate, as files."""
     directory = running.workdir / "runtimes" / runtime
     directory.mkdir(parents=True, exist_ok=True)
-    secret = await kube.request(kcp, "GET", f"/api/v1/namespaces/{runtimes.KCP_NAMESPACE}/secrets/"
+    secret = await kube.request(kcp, "GET", f"/api/v1/namespaces/{runtimes.KUBECONFIG_NAMESPACE}/secrets/"
                                 f"{runtimes.module_secret_name('kyma-watcher', runtime)}")
     (directory / "kubeconfig").write_bytes(base64.b64decode(secret["data"][runtimes.KUBECONFIG_KEY]))
     async with await kube.api_client(running.runtimes[runtime].admin_kubeconfig()) as runtime_api:

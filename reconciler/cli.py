@@ -71,7 +71,7 @@ def build_manager(config: settings.ReconcilerSettings, *, kcp: client.ApiClient,
     shared = manager.Shared(
         kcp=kcp,
         clients=runtime_clients.RuntimeClients(
-            kcp, module=config.kubeconfig_module, namespace=config.kyma_namespace,
+            kcp, module=config.kubeconfig_module, namespace=config.kubeconfig_namespace,
             per_runtime=config.sync_resources.per_runtime_concurrency,
         ),
         registry=registry,

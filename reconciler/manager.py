@@ -74,7 +74,7 @@ class Manager:
                     handler=_Kymas(self), stop=stop,
                 ))
                 group.create_task(informer.follow(
-                    self.shared.kcp, SECRETS, namespace=self.shared.kyma_namespace,
+                    self.shared.kcp, SECRETS, namespace=self.shared.clients.namespace,
                     label_selector=f"{runtimes.MODULE_LABEL}={self._settings.kubeconfig_module}",
                     handler=_KubeconfigSecrets(self), stop=stop,
                 ))

@@ -1,7 +1,7 @@
 """One API client per runtime, built from its kubeconfig Secret in KCP, cached, rebuilt on change.
 
 The Secret is the module kubeconfig ``certs`` mints (``<module>-kubeconfig-<runtime>`` in
-kcp-system): the reconcilers never see a runtime's master kubeconfig. A semaphore per runtime
+kyma-sync-kubeconfigs): the reconcilers never see a runtime's master kubeconfig. A semaphore per runtime
 bounds how many writes go to one apiserver at once.
 """
 
@@ -33,11 +33,11 @@ class RuntimeHandle:
 
 class RuntimeClients:
     def __init__(
-        self, kcp: client.ApiClient, *, module: str, namespace: str = runtimes.KCP_NAMESPACE, per_runtime: int = 8
+        self, kcp: client.ApiClient, *, module: str, namespace: str = runtimes.KUBECONFIG_NAMESPACE, per_runtime: int = 8
     ) -> None:
         self._kcp = kcp
         self._module = module
-        self._namespace = namespace
+        self.namespace = namespace
         self._per_runtime = per_runtime
         self._handles: dict[str, RuntimeHandle] = {}
         self._building: dict[str, asyncio.Lock] = {}
@@ -56,11 +56,11 @@ class RuntimeClients:
             return handle
 
     async def _build(self, runtime: str) -> RuntimeHandle:
-        path = f"/api/v1/namespaces/{self._namespace}/secrets/{self.secret_name(runtime)}"
+        path = f"/api/v1/namespaces/{self.namespace}/secrets/{self.secret_name(runtime)}"
         try:
             secret = await kube.request(self._kcp, "GET", path)
         except kube.NotFoundError as exc:
-            raise RuntimeUnavailableError(f"no kubeconfig Secret {self._namespace}/{self.secret_name(runtime)}") from exc
+            raise RuntimeUnavailableError(f"no kubeconfig Secret {self.namespace}/{self.secret_name(runtime)}") from exc
         try:
             document: Any = yaml.safe_load(base64.b64decode(secret["data"][runtimes.KUBECONFIG_KEY]))
             api = await kube.api_client(document)

@@ -54,7 +54,10 @@ class PerRuntimeSection(_Section):
 
 
 class ReconcilerSettings(_Section):
-    kyma_namespace: str = Field(default=runtimes.KCP_NAMESPACE, description="where Kyma CRs and kubeconfig Secrets are")
+    kyma_namespace: str = Field(default=runtimes.KCP_NAMESPACE, description="where the Kyma CRs are")
+    kubeconfig_namespace: str = Field(
+        default=runtimes.KUBECONFIG_NAMESPACE, description="where the reconcilers' runtime kubeconfig Secrets are"
+    )
     kubeconfig_module: str = Field(
         default="kyma-sync", description="the reconcilers use Secrets <module>-kubeconfig-<runtime> minted by kyma-certs"
     )

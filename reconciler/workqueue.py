@@ -130,7 +130,13 @@ class WorkQueue:
             key = await self._next()
             self._running.add(key)
             waiters = self._waiters.pop(key, [])
-            result = await self._guarded(key)
+            try:
+                result = await self._guarded(key)
+            except BaseException:
+                # Stopped mid-reconcile: whoever waits for this run must not wait forever.
+                for future in waiters:
+                    future.cancel()
+                raise
             for future in waiters:
                 if not future.done():
                     future.set_result(result)

@@ -30,7 +30,7 @@ def module_access() -> access.AccessConfig:
 
 async def module_kubeconfig(kcp_api: client.ApiClient, module: str, runtime: str) -> dict[str, object]:
     secret = await client.CoreV1Api(kcp_api).read_namespaced_secret(
-        runtimes.module_secret_name(module, runtime), runtimes.KCP_NAMESPACE
+        runtimes.module_secret_name(module, runtime), runtimes.KUBECONFIG_NAMESPACE
     )
     document = yaml.safe_load(base64.b64decode(secret.data[runtimes.KUBECONFIG_KEY]))
     assert isinstance(document, dict)

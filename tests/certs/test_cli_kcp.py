@@ -33,7 +33,7 @@ def test_secret_store_issue_to_runtime_and_kubeconfig(
     for step in steps:
         assert step.returncode == 0, step.stderr
     assert "kyma-system/kyma-watcher-certificate" in steps[1].stdout
-    assert "kcp-system/keda-kubeconfig-skr-1" in steps[2].stdout
+    assert "kyma-sync-kubeconfigs/keda-kubeconfig-skr-1" in steps[2].stdout
     assert "Secret kcp-system/kyma-sync-ca-cli" in steps[3].stdout
 
 

@@ -98,7 +98,7 @@ async def test_rendered_objects_are_accepted_by_a_real_apiserver(helm: Path, kcp
     """Every rendered object passes a server-side dry-run apply (schema, defaults, admission)."""
     namespace = "charts-" + chart.removeprefix("kyma-")
     await kube.ensure_namespace(kcp_api, namespace)
-    await kube.ensure_namespace(kcp_api, "kcp-system")
+    await kube.ensure_namespace(kcp_api, "kyma-sync-kubeconfigs")
     cluster = objects.ClusterObjects(kcp_api)
     docs = render(helm, chart, "--set", "nats.deploy=true", namespace=namespace) if chart == "kyma-listener" else render(helm, chart, namespace=namespace)
     for doc in docs:

@@ -38,8 +38,9 @@ async def ensure_namespace(api: client.ApiClient, name: str) -> None:
 
 async def register_runtime(kcp: client.ApiClient, name: str, kubeconfig: dict[str, Any], labels: dict[str, str]) -> None:
     """A Kyma CR and the reconciler's kubeconfig Secret for one runtime."""
+    await kube.ensure_namespace(kcp, runtimes.KUBECONFIG_NAMESPACE)
     await stores.write_secret(
-        client.CoreV1Api(kcp), namespace=runtimes.KCP_NAMESPACE, name=runtimes.module_secret_name(MODULE, name),
+        client.CoreV1Api(kcp), namespace=runtimes.KUBECONFIG_NAMESPACE, name=runtimes.module_secret_name(MODULE, name),
         data={runtimes.KUBECONFIG_KEY: kubeconfigs.dump(kubeconfig).encode()},
         labels={runtimes.RUNTIME_LABEL: name, runtimes.MODULE_LABEL: MODULE},
     )

@@ -106,11 +106,11 @@ async def test_vpc_peering_is_mirrored_gets_status_and_is_cleaned_up(
                 resource_version="1", change_type=events.ChangeType.MODIFIED,
                 body={**updated, "spec": {"remoteVpc": "vpc-1"}},
             )
+            reconciles = reconcilers.shared.registry.get_sample_value
+            before = reconciles("kyma_reconciler_mirror_reconciles_total", {"outcome": "ok"}) or 0
             js = nats_client.jetstream()
             for _ in range(2):
                 await js.publish(stale.subject, events.encode(stale), headers={"Nats-Msg-Id": stale.id})
-            reconciles = reconcilers.shared.registry.get_sample_value
-            before = reconciles("kyma_reconciler_mirror_reconciles_total", {"outcome": "ok"}) or 0
             await eventually(
                 lambda: _greater(reconciles("kyma_reconciler_mirror_reconciles_total", {"outcome": "ok"}) or 0, before),
                 what="stale event processed",
