@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from certs import runtimes
 from clients import informer, kube
 from contract import events, ids, subjects
+from kit import aio
 from reconciler import consumer, crds, runtime_clients
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class Manager:
                     group.create_task(controller.run(stop=stop))
                 if self._settings.nats_servers:
                     for module in sorted({m for c in self._controllers for m in c.modules}):
-                        group.create_task(consumer.consume(
+                        group.create_task(aio.run_until(stop, consumer.consume(
                             consumer.ConsumerSettings(
                                 servers=self._settings.nats_servers,
                                 subject=subjects.module_wildcard(ids.module_name(module)),
@@ -90,7 +91,7 @@ class Manager:
                             ),
                             self.dispatch,
                             stop=stop,
-                        ))
+                        )))
         finally:
             await self.shared.clients.close()
 

@@ -69,9 +69,13 @@ class WorkQueue:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._failures: dict[str, int] = {}
         self._wake = asyncio.Event()
+        self._stopped = False
 
     def add(self, key: str, *, delay: float = 0.0) -> "asyncio.Future[Result]":
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        if self._stopped:
+            future.cancel()  # no worker will ever answer it
+            return future
         self._waiters.setdefault(key, []).append(future)
         self._schedule(key, delay)
         return future
@@ -110,6 +114,7 @@ class WorkQueue:
                 for _ in range(self._workers):
                     group.create_task(aio.run_until(stop, self._work()))
         finally:
+            self._stopped = True
             for timer in self._timers.values():
                 timer.cancel()
             for futures in self._waiters.values():

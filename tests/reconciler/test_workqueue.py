@@ -100,3 +100,16 @@ async def test_stopping_mid_reconcile_answers_its_waiters() -> None:
     stop.set()
     await running
     assert waiter.cancelled()
+
+
+async def test_adds_after_stop_are_cancelled_not_left_waiting() -> None:
+    """Once stopped, add() answers at once (cancelled): nobody waits for a worker that is gone."""
+
+    async def reconcile(key: str) -> workqueue.Result:
+        return workqueue.Result()
+
+    queue = make_queue(reconcile)
+    stop = asyncio.Event()
+    stop.set()
+    await queue.run(stop=stop)
+    assert queue.add("late").cancelled()
