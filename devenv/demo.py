@@ -23,7 +23,7 @@ from kubernetes_asyncio import client
 from certs import access, authority, kubeconfigs, rotation, runtimes, stores
 from clients import informer, kube
 from devenv import landscape as landscape_mod
-from devenv import net, process
+from devenv import net, process, standins
 from reconciler import crds
 
 RECONCILER_ACCESS = {
@@ -62,24 +62,6 @@ async def _get(api: client.ApiClient, path: str) -> dict[str, Any] | None:
         return await kube.request(api, "GET", path)
     except kube.NotFoundError:
         return None
-
-
-class StandInPeeringManager:
-    """cloud-manager's part in KCP: a mirrored VpcPeering gets a status."""
-
-    def __init__(self, kcp: client.ApiClient) -> None:
-        self._kcp = kcp
-
-    async def listed(self, items: list[dict[str, Any]]) -> None:
-        for obj in items:
-            await self.changed("ADDED", obj)
-
-    async def changed(self, kind: str, obj: dict[str, Any]) -> None:
-        if kind == "DELETED" or obj.get("status"):
-            return
-        meta = obj["metadata"]
-        await kube.request(self._kcp, "PATCH", f"{crds.VPC_PEERING.path(meta['namespace'])}/{meta['name']}/status",
-                           body={"status": {"state": "Ready", "peeringId": f"pcx-{meta['name'][-6:]}"}}, content_type=MERGE)
 
 
 def _start(name: str, argv: list[str], workdir: Path, procs: list[process.ManagedProcess]) -> process.ManagedProcess:
@@ -270,7 +252,7 @@ async def run(running: landscape_mod.Landscape, *, wait: Callable[[], Awaitable[
             stop_manager = asyncio.Event()
             manager = asyncio.create_task(informer.follow(
                 kcp, crds.VPC_PEERING, namespace=None, label_selector=runtimes.RUNTIME_LABEL,
-                handler=StandInPeeringManager(kcp), stop=stop_manager,
+                handler=standins.PeeringManager(kcp), stop=stop_manager,
             ))
             try:
                 await scenario(running, kcp, say)

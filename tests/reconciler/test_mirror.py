@@ -10,6 +10,7 @@ from nats.aio.client import Client as Nats
 from clients import informer, kube
 from contract import events, ids
 from devenv import landscape as landscape_mod
+from devenv import standins
 from reconciler import crds, mirror
 
 from .conftest import Kcp, eventually
@@ -17,27 +18,6 @@ from .conftest import Kcp, eventually
 pytestmark = pytest.mark.integration
 
 API = "cloud-resources.kyma-project.io/v1beta1"
-
-
-class StandInPeeringManager:
-    """What cloud-manager would do in KCP: give every mirrored VpcPeering a status."""
-
-    def __init__(self, kcp: Kcp) -> None:
-        self._kcp = kcp
-
-    async def listed(self, items: list[dict[str, Any]]) -> None:
-        for obj in items:
-            await self.changed("ADDED", obj)
-
-    async def changed(self, kind: str, obj: dict[str, Any]) -> None:
-        if kind == "DELETED" or obj.get("status"):
-            return
-        metadata = obj["metadata"]
-        await kube.request(
-            self._kcp.api, "PATCH", f"{crds.VPC_PEERING.path(metadata['namespace'])}/{metadata['name']}/status",
-            body={"status": {"state": "Ready", "peeringId": f"pcx-{obj['spec']['remoteVpc']}"}},
-            content_type="application/merge-patch+json",
-        )
 
 
 def peering(kcp: Kcp, name: str, remote: str) -> dict[str, Any]:
@@ -60,7 +40,7 @@ async def test_vpc_peering_is_mirrored_gets_status_and_is_cleaned_up(
     stop_manager = asyncio.Event()
     manager_task = asyncio.create_task(informer.follow(
         kcp.api, crds.VPC_PEERING, namespace="mirror-skr-1", label_selector=None,
-        handler=StandInPeeringManager(kcp), stop=stop_manager,
+        handler=standins.PeeringManager(kcp.api), stop=stop_manager,
     ))
     try:
         async with pipeline(watches, ["cloud-manager"]), run_controller(
