@@ -70,19 +70,28 @@ class Gvr:
         return f"{base}{scope}/{self.resource}"
 
 
-async def api_client(kubeconfig: dict[str, Any]) -> client.ApiClient:
-    """An ApiClient for the kubeconfig's current context; the caller closes it."""
+_DEFAULT_CONNECTIONS = 100
+
+
+async def api_client(kubeconfig: dict[str, Any], *, connections: int = _DEFAULT_CONNECTIONS) -> client.ApiClient:
+    """An ApiClient for the kubeconfig's current context; the caller closes it.
+
+    ``connections`` bounds the pool: every open watch holds one connection for its whole
+    duration, so a client that watches much must be sized for it, or later watches wait.
+    """
     configuration = client.Configuration()
     await config.load_kube_config_from_dict(kubeconfig, client_configuration=configuration)
+    configuration.connection_pool_maxsize = connections
     return client.ApiClient(configuration=configuration)
 
 
-async def client_from(kubeconfig: Path | None) -> client.ApiClient:
+async def client_from(kubeconfig: Path | None, *, connections: int = _DEFAULT_CONNECTIONS) -> client.ApiClient:
     """A client from a kubeconfig file, or from the pod's service account when none is given."""
     if kubeconfig is not None:
-        return await api_client(read_kubeconfig(kubeconfig))
+        return await api_client(read_kubeconfig(kubeconfig), connections=connections)
     configuration = client.Configuration()
     config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration.connection_pool_maxsize = connections
     return client.ApiClient(configuration=configuration)
 
 

@@ -48,10 +48,10 @@ class Agent:
         runner = web.AppRunner(endpoints.management_app(self.metrics.registry, lambda: None), access_log=None)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, "0.0.0.0", self.settings.management_port)
-            await site.start()
-            host, port = runner.addresses[0][:2]
-            self.management_url = f"http://{host}:{port}"
+            if self.settings.management_port is not None:
+                await web.TCPSite(runner, "0.0.0.0", self.settings.management_port).start()
+                host, port = runner.addresses[0][:2]
+                self.management_url = f"http://{host}:{port}"
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._follow_config(stop=stop))
                 group.create_task(self.elector.run(stop=stop, lead=self._lead))

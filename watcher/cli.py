@@ -15,6 +15,7 @@ from clients import kube
 from kit import aio
 from observability import logs, tracing
 from watcher import agent
+from watcher import config as config_mod
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,7 +40,9 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _run(args: argparse.Namespace) -> None:
     stop = aio.stop_on_signals()
-    async with await kube.client_from(args.kubeconfig) as api:
+    # Headroom over what the configuration needs now: a reload may add watches.
+    connections = max(100, 2 * config_mod.load(args.config).connections_needed())
+    async with await kube.client_from(args.kubeconfig, connections=connections) as api:
         await agent.Agent(config_path=args.config, api=api, identity=args.identity).run(stop=stop)
 
 

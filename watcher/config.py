@@ -100,7 +100,9 @@ class WatcherConfig(_Section):
     delivery: DeliverySettings = DeliverySettings()
     lease: LeaseSettings = LeaseSettings()
     checkpoint: CheckpointSettings = CheckpointSettings()
-    management_port: int = Field(default=9091, ge=0, le=65535, description="/healthz /readyz /metrics")
+    management_port: int | None = Field(
+        default=9091, ge=0, le=65535, description="/healthz /readyz /metrics; none: no endpoint (many agents in one process)"
+    )
     watch_timeout_seconds: int = Field(default=300, ge=5, description="server-side watch timeout")
 
     @model_validator(mode="after")
@@ -109,6 +111,11 @@ class WatcherConfig(_Section):
         if len(keys) != len(set(keys)):
             raise ValueError("two watches have the same resource, scope, selector and module")
         return self
+
+    def connections_needed(self) -> int:
+        """API connections held at once: one watch per resource and namespace, plus Lease and checkpoint."""
+        watches = sum(len(w.namespaces) if w.namespaces else 1 for w in self.watches)
+        return watches + 4
 
     def is_paused(self, module: str) -> bool:
         return self.paused or module in self.paused_modules

@@ -1,0 +1,221 @@
+"""Many runtimes on one machine: convergence, drift-reset latency, events/s, resources.
+
+Simulated runtimes are namespaces on two real SKR apiservers: each has its own Kyma CR and
+kubeconfig Secret in KCP, its own client certificate (CN = its name, checked by the listener),
+and its own watcher agent (Lease, checkpoint, watches scoped to its namespace); agents share
+watcher-host processes. The listener, the reconciler and NATS are the real processes. Each
+runtime gets a SyncResource with one CreateAndSync ConfigMap. Then:
+
+- convergence: time until every runtime has its object;
+- drift: every runtime's object is edited by a "user" (a burst); the time from each edit to its
+  reset by the pipeline gives p50/p95/p99 and the end-to-end events/s;
+- resources: CPU seconds and RSS of every component, and per 1,000 runtimes.
+
+    python bench/scale.py --runtimes 100
+"""
+
+import argparse
+import asyncio
+import base64
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes_asyncio import client
+
+from certs import authority, kubeconfigs, runtimes, stores
+from clients import kube
+from devenv import landscape, net, process, testbin
+from reconciler import crds
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+MERGE = "application/merge-patch+json"
+
+
+def usage(pid: int) -> tuple[float, float]:
+    """(CPU seconds, RSS MiB) of a process."""
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmRSS:"))
+    return (int(stat[11]) + int(stat[12])) / _TICKS, rss / 1024
+
+
+def name_of(n: int) -> str:
+    return f"rt-{n:05d}"
+
+
+async def register(kcp: client.ApiClient, running: landscape.Landscape, names: list[str], hosts: dict[str, str]) -> None:
+    core = client.CoreV1Api(kcp)
+    for namespace in (runtimes.KCP_NAMESPACE, runtimes.KUBECONFIG_NAMESPACE, "bench"):
+        await kube.ensure_namespace(kcp, namespace)
+    await crds.install(kcp, crds.kcp_crds())
+    semaphore = asyncio.Semaphore(16)
+
+    async def one(name: str) -> None:
+        async with semaphore:
+            kubeconfig = running.runtimes[hosts[name]].admin_kubeconfig()
+            await stores.write_secret(core, namespace=runtimes.KUBECONFIG_NAMESPACE, name=runtimes.module_secret_name("kyma-sync", name),
+                                      data={runtimes.KUBECONFIG_KEY: kubeconfigs.dump(kubeconfig).encode()},
+                                      labels={runtimes.RUNTIME_LABEL: name, runtimes.MODULE_LABEL: "kyma-sync"})
+            await kube.request(kcp, "POST", crds.KYMA.path(runtimes.KCP_NAMESPACE), body={
+                "apiVersion": crds.KYMA.api_version, "kind": "Kyma",
+                "metadata": {"name": name, "namespace": runtimes.KCP_NAMESPACE}, "spec": {"channel": "regular"}})
+
+    await asyncio.gather(*(one(n) for n in names))
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runtimes", type=int, default=100, help="simulated runtimes (default 100)")
+    parser.add_argument("--hosts", type=int, default=2, help="watcher-host processes (default 2)")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="kyma-bench-scale-"))
+    binaries = testbin.ensure(directory=testbin.default_cache_root() / testbin.K8S_VERSION)
+    running = landscape.start(workdir=work, binaries=binaries, runtimes=("skr-a", "skr-b"))
+    procs: list[process.ManagedProcess] = []
+    names = [name_of(n) for n in range(args.runtimes)]
+    hosts = {name: ("skr-a", "skr-b")[n % 2] for n, name in enumerate(names)}
+    started = time.perf_counter()
+    try:
+        async with await kube.api_client(running.kcp.admin_kubeconfig()) as kcp:
+            skrs = {h: await kube.api_client(c.admin_kubeconfig()) for h, c in running.runtimes.items()}
+            await register(kcp, running, names, hosts)
+            for name in names:
+                await kube.ensure_namespace(skrs[hosts[name]], name)
+            ca = authority.Authority.create("bench-ca")
+            bundle = work / "bundle.crt"
+            bundle.write_bytes(ca.to_files()[authority.BUNDLE])
+            serving = ca.issue_server(["127.0.0.1"], lifetime=datetime.timedelta(days=1))
+            (work / "srv.crt").write_bytes(serving.cert_pem)
+            (work / "srv.key").write_bytes(serving.key_pem)
+            port, management = net.free_port(), net.free_port()
+            (work / "listener.yaml").write_text(yaml.safe_dump({
+                "host": "127.0.0.1", "port": port, "management_port": management, "modules": ["kyma-sync"],
+                "tls": {"cert_file": str(work / "srv.crt"), "key_file": str(work / "srv.key")},
+                "trust": {"client_ca_file": str(bundle)}, "nats": {"servers": [running.nats.url]},
+                "rate_limit": {"events_per_second": 1000, "burst": 1000},
+            }))
+            listener = process.ManagedProcess(name="listener", argv=[sys.executable, "-m", "listener.cli", "--config",
+                                              str(work / "listener.yaml"), "--log-level", "WARNING"], log_path=work / "listener.log")
+            listener.start()
+            procs.append(listener)
+            listener.wait_ready(lambda: net.http_ok(f"http://127.0.0.1:{management}/readyz"), timeout=30)
+            host_dirs = {}
+            for n, name in enumerate(names):
+                skr, host = hosts[name], f"{hosts[name]}-{(n // 2) % max(1, args.hosts // 2)}"
+                directory = host_dirs.setdefault(host, (work / "hosts" / host, skr))[0]
+                directory.mkdir(parents=True, exist_ok=True)
+                pair = ca.issue_runtime(name, lifetime=datetime.timedelta(days=1))
+                (directory / f"{name}.crt").write_bytes(pair.cert_pem)
+                (directory / f"{name}.key").write_bytes(pair.key_pem)
+                (directory / f"watcher-{name}.yaml").write_text(yaml.safe_dump({
+                    "runtime": name, "listeners": [{"url": f"https://127.0.0.1:{port}"}],
+                    "tls": {"cert_file": str(directory / f"{name}.crt"), "key_file": str(directory / f"{name}.key"), "ca_file": str(bundle)},
+                    "watches": [{"version": "v1", "resource": "configmaps", "namespaces": [name],
+                                 "label_selector": "kyma-project.io/synced-by=kyma-sync", "module": "kyma-sync"}],
+                    "lease": {"namespace": name}, "checkpoint": {"namespace": name}, "management_port": None,
+                    "delivery": {"senders": 1},
+                }))
+            for host, (directory, skr) in host_dirs.items():
+                managed = process.ManagedProcess(name=f"watchers-{host}", argv=[
+                    sys.executable, str(Path(__file__).with_name("watcher_host.py")), "--configs", str(directory),
+                    "--kubeconfig", str(running.runtimes[skr].admin_kubeconfig_path)], log_path=work / f"watchers-{host}.log")
+                managed.start()
+                procs.append(managed)
+            (work / "reconciler.yaml").write_text(yaml.safe_dump({
+                "nats_servers": [running.nats.url], "management_port": net.free_port(),
+                "sync_resources": {"namespace": "bench", "resync_seconds": 3600, "workers": 16},
+                "module_templates": {"enabled": False}, "kyma": {"enabled": False},
+            }))
+            reconciler = process.ManagedProcess(name="reconciler", argv=[
+                sys.executable, "-m", "reconciler.cli", "--config", str(work / "reconciler.yaml"),
+                "--kcp-kubeconfig", str(running.kcp.admin_kubeconfig_path), "--log-level", "WARNING"], log_path=work / "reconciler.log")
+            reconciler.start()
+            procs.append(reconciler)
+            setup_seconds = time.perf_counter() - started
+
+            created = time.perf_counter()
+            semaphore = asyncio.Semaphore(16)
+
+            async def sync_resource(name: str) -> None:
+                async with semaphore:
+                    await kube.request(kcp, "POST", crds.SYNC_RESOURCE.path("bench"), body={
+                        "apiVersion": crds.SYNC_RESOURCE.api_version, "kind": "SyncResource",
+                        "metadata": {"name": name, "namespace": "bench"},
+                        "spec": {"kyma": name, "items": [{"name": "cm", "strategy": "CreateAndSync", "resource": {
+                            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": name},
+                            "data": {"state": "desired"}}}]}})
+
+            await asyncio.gather(*(sync_resource(name) for name in names))
+
+            async def count_desired() -> int:
+                total = 0
+                for api in skrs.values():
+                    listing = await kube.request(api, "GET", "/api/v1/configmaps", query=[("labelSelector", "kyma-project.io/synced-by=kyma-sync")])
+                    total += sum(1 for i in listing["items"] if i["metadata"]["name"] == "cm" and (i.get("data") or {}).get("state") == "desired")
+                return total
+
+            while await count_desired() < len(names):
+                if time.perf_counter() - created > 600:
+                    raise SystemExit("convergence did not finish within 600s")
+                await asyncio.sleep(0.2)
+            convergence = time.perf_counter() - created
+            await asyncio.sleep(5)  # watchers elected and synced
+
+            edited_at: dict[str, float] = {}
+            reset_at: dict[str, float] = {}
+
+            async def edit(name: str) -> None:
+                async with semaphore:
+                    edited_at[name] = time.perf_counter()
+                    await kube.request(skrs[hosts[name]], "PATCH", f"/api/v1/namespaces/{name}/configmaps/cm",
+                                       body={"data": {"state": "edited"}}, query=[("fieldManager", "kubectl")], content_type=MERGE)
+
+            burst = time.perf_counter()
+            await asyncio.gather(*(edit(name) for name in names))
+            deadline = time.perf_counter() + 300
+            while len(reset_at) < len(names) and time.perf_counter() < deadline:
+                for api in skrs.values():
+                    listing = await kube.request(api, "GET", "/api/v1/configmaps", query=[("labelSelector", "kyma-project.io/synced-by=kyma-sync")])
+                    now = time.perf_counter()
+                    for item in listing["items"]:
+                        ns = item["metadata"]["namespace"]
+                        if ns in edited_at and ns not in reset_at and (item.get("data") or {}).get("state") == "desired":
+                            reset_at[ns] = now
+                await asyncio.sleep(0.05)
+            burst_seconds = max(reset_at.values(), default=burst) - burst
+            latencies = sorted(reset_at[n] - edited_at[n] for n in reset_at)
+            quantiles = statistics.quantiles(latencies, n=100) if len(latencies) >= 2 else latencies * 99
+            components = {p.name: usage(p.pid) for p in procs if p.pid}
+            components["nats-server"] = usage(running.nats._process.pid) if running.nats._process and running.nats._process.pid else (0, 0)
+            per_thousand = 1000 / len(names)
+            print(json.dumps({
+                "runtimes": len(names),
+                "setup_seconds": round(setup_seconds, 1),
+                "convergence_seconds": round(convergence, 2),
+                "drift_edits": len(names),
+                "drift_resets_seen": len(reset_at),
+                "events_lost": len(names) - len(reset_at),
+                "drift_burst_events_per_second": round(len(reset_at) / burst_seconds, 1) if burst_seconds else None,
+                "drift_latency_p50_ms": round(quantiles[49] * 1000, 1),
+                "drift_latency_p95_ms": round(quantiles[94] * 1000, 1),
+                "drift_latency_p99_ms": round(quantiles[98] * 1000, 1),
+                "components": {k: {"cpu_seconds": round(c, 1), "rss_mib": round(m, 1),
+                                   "rss_mib_per_1000_runtimes": round(m * per_thousand, 1)} for k, (c, m) in components.items()},
+            }, indent=2))
+            for api in skrs.values():
+                await api.close()
+    finally:
+        for managed in reversed(procs):
+            managed.stop()
+        running.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
