@@ -9,9 +9,12 @@ runtime gets a SyncResource with one CreateAndSync ConfigMap. Then:
 - convergence: time until every runtime has its object;
 - drift: every runtime's object is edited by a "user" (a burst); the time from each edit to its
   reset by the pipeline gives p50/p95/p99 and the end-to-end events/s;
+- faults (--faults): NATS, the listener and the reconciler are SIGKILLed and restarted, and a
+  runtime apiserver stopped and started, each during a drift burst; every edit must still be
+  reset (events lost must be 0), and the time to recover is reported;
 - resources: CPU seconds and RSS of every component, and per 1,000 runtimes.
 
-    python bench/scale.py --runtimes 100
+    python bench/scale.py --runtimes 100 --faults
 """
 
 import argparse
@@ -40,9 +43,10 @@ MERGE = "application/merge-patch+json"
 
 
 def usage(pid: int) -> tuple[float, float]:
-    """(CPU seconds, RSS MiB) of a process."""
+    """(CPU seconds, RSS MiB) of a process; RSS 0 for one that has exited."""
     stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmRSS:"))
+    rss = next((int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("VmRSS:")), 0)
     return (int(stat[11]) + int(stat[12])) / _TICKS, rss / 1024
 
 
@@ -74,6 +78,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runtimes", type=int, default=100, help="simulated runtimes (default 100)")
     parser.add_argument("--hosts", type=int, default=2, help="watcher-host processes (default 2)")
+    parser.add_argument("--faults", action="store_true", help="then kill/restart NATS, listener, reconciler, an apiserver")
+    parser.add_argument("--outage-seconds", type=float, default=3.0, help="how long each fault lasts (default 3)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kyma-bench-scale-"))
     binaries = testbin.ensure(directory=testbin.default_cache_root() / testbin.K8S_VERSION)
@@ -168,30 +174,76 @@ async def main() -> None:
             convergence = time.perf_counter() - created
             await asyncio.sleep(5)  # watchers elected and synced
 
-            edited_at: dict[str, float] = {}
-            reset_at: dict[str, float] = {}
+            async def edit_all(value: str) -> dict[str, float]:
+                edited: dict[str, float] = {}
 
-            async def edit(name: str) -> None:
-                async with semaphore:
-                    edited_at[name] = time.perf_counter()
-                    await kube.request(skrs[hosts[name]], "PATCH", f"/api/v1/namespaces/{name}/configmaps/cm",
-                                       body={"data": {"state": "edited"}}, query=[("fieldManager", "kubectl")], content_type=MERGE)
+                async def edit(name: str) -> None:
+                    async with semaphore:
+                        edited[name] = time.perf_counter()
+                        await kube.request(skrs[hosts[name]], "PATCH", f"/api/v1/namespaces/{name}/configmaps/cm",
+                                           body={"data": {"state": value}}, query=[("fieldManager", "kubectl")], content_type=MERGE)
+
+                await asyncio.gather(*(edit(name) for name in names))
+                return edited
+
+            async def resets(edited: dict[str, float], *, timeout: float) -> dict[str, float]:
+                seen: dict[str, float] = {}
+                deadline = time.perf_counter() + timeout
+                while len(seen) < len(edited) and time.perf_counter() < deadline:
+                    for api in skrs.values():
+                        try:
+                            listing = await kube.request(api, "GET", "/api/v1/configmaps",
+                                                         query=[("labelSelector", "kyma-project.io/synced-by=kyma-sync")])
+                        except kube.KubeAPIError:
+                            continue
+                        now = time.perf_counter()
+                        for item in listing["items"]:
+                            ns = item["metadata"]["namespace"]
+                            if ns in edited and ns not in seen and (item.get("data") or {}).get("state") == "desired":
+                                seen[ns] = now
+                    await asyncio.sleep(0.05)
+                return seen
 
             burst = time.perf_counter()
-            await asyncio.gather(*(edit(name) for name in names))
-            deadline = time.perf_counter() + 300
-            while len(reset_at) < len(names) and time.perf_counter() < deadline:
-                for api in skrs.values():
-                    listing = await kube.request(api, "GET", "/api/v1/configmaps", query=[("labelSelector", "kyma-project.io/synced-by=kyma-sync")])
-                    now = time.perf_counter()
-                    for item in listing["items"]:
-                        ns = item["metadata"]["namespace"]
-                        if ns in edited_at and ns not in reset_at and (item.get("data") or {}).get("state") == "desired":
-                            reset_at[ns] = now
-                await asyncio.sleep(0.05)
+            edited_at = await edit_all("edited")
+            reset_at = await resets(edited_at, timeout=300)
             burst_seconds = max(reset_at.values(), default=burst) - burst
             latencies = sorted(reset_at[n] - edited_at[n] for n in reset_at)
             quantiles = statistics.quantiles(latencies, n=100) if len(latencies) >= 2 else latencies * 99
+
+            fault_results: dict[str, dict[str, Any]] = {}
+            if args.faults:
+                by_name = {p.name: p for p in procs}
+
+                def restart(managed: process.ManagedProcess) -> None:
+                    managed.start()
+
+                faults: dict[str, tuple[Any, Any, bool]] = {
+                    # name: (break, repair, edit while broken?)
+                    "nats": (running.nats.kill, lambda: (running.nats.start(), running.nats.wait_ready()), True),
+                    "listener": (by_name["listener"].kill, lambda: (restart(by_name["listener"]),
+                                 by_name["listener"].wait_ready(lambda: net.http_ok(f"http://127.0.0.1:{management}/readyz"), timeout=30)), True),
+                    "reconciler": (by_name["reconciler"].kill, lambda: restart(by_name["reconciler"]), True),
+                    "runtime-apiserver": (running.runtimes["skr-a"].stop_apiserver, running.runtimes["skr-a"].start_apiserver, False),
+                }
+                for fault, (break_it, repair, edit_while_broken) in faults.items():
+                    if edit_while_broken:
+                        break_it()
+                        edited = await edit_all(f"edited-{fault}")
+                    else:
+                        edited = await edit_all(f"edited-{fault}")
+                        break_it()
+                    await asyncio.sleep(args.outage_seconds)
+                    repair()
+                    repaired = time.perf_counter()
+                    seen = await resets(edited, timeout=180)
+                    fault_results[fault] = {
+                        "edits": len(edited),
+                        "events_lost": len(edited) - len(seen),
+                        "outage_seconds": args.outage_seconds,
+                        "recovered_all_seconds_after_repair": round(max(seen.values(), default=repaired) - repaired, 2),
+                    }
+
             components = {p.name: usage(p.pid) for p in procs if p.pid}
             components["nats-server"] = usage(running.nats._process.pid) if running.nats._process and running.nats._process.pid else (0, 0)
             per_thousand = 1000 / len(names)
@@ -206,6 +258,8 @@ async def main() -> None:
                 "drift_latency_p50_ms": round(quantiles[49] * 1000, 1),
                 "drift_latency_p95_ms": round(quantiles[94] * 1000, 1),
                 "drift_latency_p99_ms": round(quantiles[98] * 1000, 1),
+                "faults": fault_results,
+                "exited_components": [p.name for p in procs if not p.running],
                 "components": {k: {"cpu_seconds": round(c, 1), "rss_mib": round(m, 1),
                                    "rss_mib_per_1000_runtimes": round(m * per_thousand, 1)} for k, (c, m) in components.items()},
             }, indent=2))

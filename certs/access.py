@@ -151,7 +151,7 @@ async def mint_token(api: client.ApiClient, module: str, access: ModuleAccess) -
                 )
             ),
         )
-    except ApiException as exc:
+    except kube.API_ERRORS as exc:
         raise kube.translate(exc) from exc
     return Token(value=request.status.token, expires_at=request.status.expiration_timestamp, anchor=anchor.metadata.name)
 
@@ -164,7 +164,7 @@ async def revoke_tokens(api: client.ApiClient, module: str, access: ModuleAccess
         revoked = [s.metadata.name for s in anchors.items if s.metadata.name != keep]
         for name in revoked:
             await core.delete_namespaced_secret(name, access.namespace)
-    except ApiException as exc:
+    except kube.API_ERRORS as exc:
         raise kube.translate(exc) from exc
     return revoked
 

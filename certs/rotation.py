@@ -24,6 +24,9 @@ from kit import aio
 
 log = logging.getLogger(__name__)
 
+_RUNTIME_ERRORS: tuple[type[BaseException], ...] = (kube.KubeAPIError, ValueError, *kube.API_ERRORS)
+"""A runtime failing in any of these ways is reported and skipped; the others go on."""
+
 RUNTIME_SECRET_NAMESPACE = "kyma-system"
 RUNTIME_SECRET_NAME = "kyma-watcher-certificate"
 
@@ -122,7 +125,7 @@ async def rotate_once(*, kcp: client.ApiClient, store: stores.Store, settings: R
     for runtime in await runtimes.list_runtimes(kcp):
         try:
             await _rotate_runtime(kcp=kcp, runtime=runtime, ca=ca, settings=settings, report=report)
-        except (kube.KubeAPIError, ApiException, OSError, ValueError) as exc:
+        except _RUNTIME_ERRORS as exc:
             log.error("rotation failed for runtime", extra={"runtime": runtime.name, "error": str(exc)})
             report.failures[runtime.name] = str(exc)
     return report

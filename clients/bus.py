@@ -11,6 +11,7 @@ already seen within the window is acknowledged as a duplicate and not stored aga
 
 import asyncio
 import dataclasses
+import logging
 from typing import Literal
 
 import nats
@@ -24,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from contract import subjects
 
 MSG_ID_HEADER = "Nats-Msg-Id"
+
+log = logging.getLogger(__name__)
 
 
 class BusError(RuntimeError):
@@ -71,6 +74,19 @@ class PublishResult:
     duplicate: bool
 
 
+async def _log_error(error: Exception) -> None:
+    # nats-py would log every failed reconnect attempt with a traceback; one line is enough.
+    log.warning("NATS connection problem", extra={"error": repr(error)})
+
+
+async def _log_disconnected() -> None:
+    log.warning("disconnected from NATS, reconnecting")
+
+
+async def _log_reconnected() -> None:
+    log.info("reconnected to NATS")
+
+
 async def connect(servers: list[str], *, name: str) -> Client:
     """Connect, then reconnect forever: an outage after start-up is waited out, not fatal."""
     try:
@@ -80,6 +96,9 @@ async def connect(servers: list[str], *, name: str) -> Client:
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
             connect_timeout=2,
+            error_cb=_log_error,
+            disconnected_cb=_log_disconnected,
+            reconnected_cb=_log_reconnected,
         )
     except (nats.errors.Error, OSError, asyncio.TimeoutError) as exc:
         raise BusUnavailableError(f"cannot connect to NATS at {', '.join(servers)}: {exc}") from exc

@@ -118,6 +118,8 @@ def translate(exc: BaseException) -> KubeAPIError:
 
 
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+API_ERRORS: tuple[type[BaseException], ...] = (ApiException, *_TRANSPORT_ERRORS)
+"""What a call through the typed kubernetes_asyncio APIs can raise: catch these, then translate()."""
 
 
 async def _call(

@@ -82,8 +82,8 @@ class CheckpointStore:
             config_map = await self._core.read_namespaced_config_map(
                 self._settings.config_map, self._settings.namespace
             )
-        except ApiException as exc:
-            if exc.status == 404:
+        except kube.API_ERRORS as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
                 return Checkpoint()
             raise kube.translate(exc) from exc
         try:
@@ -108,6 +108,6 @@ class CheckpointStore:
                 if exc.status != 404:
                     raise
                 await self._core.create_namespaced_config_map(self._settings.namespace, body)
-        except ApiException as exc:
+        except kube.API_ERRORS as exc:
             checkpoint.dirty = True
             raise kube.translate(exc) from exc

@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from clients import kube
 from kit import aio
 from watcher import config
 
@@ -95,12 +96,10 @@ class LeaderElector:
             )
             await self._api.replace_namespaced_lease(self._settings.name, self._settings.namespace, lease)
             return True
-        except ApiException as exc:
-            if exc.status not in (409, 404):
-                log.warning("lease unavailable", extra={"status": exc.status, "reason": str(exc.reason)})
-            return False
-        except (OSError, asyncio.TimeoutError) as exc:
-            log.warning("apiserver unreachable for the lease", extra={"error": repr(exc)})
+        except kube.API_ERRORS as exc:
+            error = kube.translate(exc)
+            if error.status not in (409, 404):
+                log.warning("lease unavailable", extra={"status": error.status, "reason": error.reason})
             return False
 
     @staticmethod
@@ -133,7 +132,7 @@ class LeaderElector:
             lease.spec.renew_time = _now()
             await self._api.replace_namespaced_lease(self._settings.name, self._settings.namespace, lease)
             return True
-        except (ApiException, OSError, asyncio.TimeoutError) as exc:
+        except kube.API_ERRORS as exc:
             log.warning("lease renewal failed", extra={"error": repr(exc)})
             return False
 
@@ -148,5 +147,5 @@ class LeaderElector:
             )
             await self._api.replace_namespaced_lease(self._settings.name, self._settings.namespace, lease)
             log.info("released leadership", extra={"identity": self.identity})
-        except (ApiException, OSError, asyncio.TimeoutError) as exc:
+        except kube.API_ERRORS as exc:
             log.warning("lease release failed; a follower takes over after the lease expires", extra={"error": repr(exc)})
