@@ -219,23 +219,24 @@ async def main() -> None:
                     managed.start()
 
                 faults: dict[str, tuple[Any, Any, bool]] = {
-                    # name: (break, repair, edit while broken?)
+                    # name: (break, repair, edit while broken? else right after the repair)
                     "nats": (running.nats.kill, lambda: (running.nats.start(), running.nats.wait_ready()), True),
                     "listener": (by_name["listener"].kill, lambda: (restart(by_name["listener"]),
                                  by_name["listener"].wait_ready(lambda: net.http_ok(f"http://127.0.0.1:{management}/readyz"), timeout=30)), True),
                     "reconciler": (by_name["reconciler"].kill, lambda: restart(by_name["reconciler"]), True),
+                    # While it is down nobody can edit its objects: edit right after it is back, so
+                    # the watchers' and the reconciler's broken connections must have recovered.
                     "runtime-apiserver": (running.runtimes["skr-a"].stop_apiserver, running.runtimes["skr-a"].start_apiserver, False),
                 }
                 for fault, (break_it, repair, edit_while_broken) in faults.items():
+                    break_it()
                     if edit_while_broken:
-                        break_it()
                         edited = await edit_all(f"edited-{fault}")
-                    else:
-                        edited = await edit_all(f"edited-{fault}")
-                        break_it()
                     await asyncio.sleep(args.outage_seconds)
                     repair()
                     repaired = time.perf_counter()
+                    if not edit_while_broken:
+                        edited = await edit_all(f"edited-{fault}")
                     seen = await resets(edited, timeout=180)
                     fault_results[fault] = {
                         "edits": len(edited),
