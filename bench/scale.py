@@ -9,6 +9,9 @@ runtime gets a SyncResource with one CreateAndSync ConfigMap. Then:
 - convergence: time until every runtime has its object;
 - drift: every runtime's object is edited by a "user" (a burst); the time from each edit to its
   reset by the pipeline gives p50/p95/p99 and the end-to-end events/s;
+- ModuleTemplate fan-out: a new template in KCP, and the time until the reconciler has made a
+  pass for every runtime (runtimes share two apiservers here, so after the first pass per
+  apiserver the copy is already there: this times the fan-out, not N separate writes);
 - faults (--faults): NATS, the listener and the reconciler are SIGKILLed and restarted, and a
   runtime apiserver stopped and started, each during a drift burst; every edit must still be
   reset (events lost must be 0), and the time to recover is reported;
@@ -27,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -134,10 +138,11 @@ async def main() -> None:
                     "--kubeconfig", str(running.runtimes[skr].admin_kubeconfig_path)], log_path=work / f"watchers-{host}.log")
                 managed.start()
                 procs.append(managed)
+            reconciler_management = net.free_port()
             (work / "reconciler.yaml").write_text(yaml.safe_dump({
-                "nats_servers": [running.nats.url], "management_port": net.free_port(),
+                "nats_servers": [running.nats.url], "management_port": reconciler_management,
                 "sync_resources": {"namespace": "bench", "resync_seconds": 3600, "workers": 16},
-                "module_templates": {"enabled": False}, "kyma": {"enabled": False},
+                "module_templates": {"enabled": True, "resync_seconds": 3600}, "kyma": {"enabled": False},
             }))
             reconciler = process.ManagedProcess(name="reconciler", argv=[
                 sys.executable, "-m", "reconciler.cli", "--config", str(work / "reconciler.yaml"),
@@ -211,6 +216,26 @@ async def main() -> None:
             latencies = sorted(reset_at[n] - edited_at[n] for n in reset_at)
             quantiles = statistics.quantiles(latencies, n=100) if len(latencies) >= 2 else latencies * 99
 
+            async def template_passes() -> float:
+                """Per-runtime ModuleTemplate passes the reconciler completed (from its /metrics)."""
+                url = f"http://127.0.0.1:{reconciler_management}/metrics"
+                metrics = await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: urllib.request.urlopen(url, timeout=5).read().decode()
+                )
+                return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                           if line.startswith('kyma_reconciler_module_templates_reconciles_total{outcome="ok"}'))
+
+            before_template = await template_passes()
+            template_started = time.perf_counter()
+            await kube.request(kcp, "POST", crds.MODULE_TEMPLATE.path(runtimes.KCP_NAMESPACE), body={
+                "apiVersion": crds.MODULE_TEMPLATE.api_version, "kind": "ModuleTemplate",
+                "metadata": {"name": "bench-template", "namespace": runtimes.KCP_NAMESPACE}, "spec": {"version": "1.0.0"}})
+            while await template_passes() - before_template < len(names):
+                if time.perf_counter() - template_started > 300:
+                    break
+                await asyncio.sleep(0.1)
+            template_seconds = time.perf_counter() - template_started
+
             fault_results: dict[str, dict[str, Any]] = {}
             if args.faults:
                 by_name = {p.name: p for p in procs}
@@ -259,6 +284,7 @@ async def main() -> None:
                 "drift_latency_p50_ms": round(quantiles[49] * 1000, 1),
                 "drift_latency_p95_ms": round(quantiles[94] * 1000, 1),
                 "drift_latency_p99_ms": round(quantiles[98] * 1000, 1),
+                "module_template_change_all_runtimes_seconds": round(template_seconds, 2),
                 "faults": fault_results,
                 "exited_components": [p.name for p in procs if not p.running],
                 "components": {k: {"cpu_seconds": round(c, 1), "rss_mib": round(m, 1),
