@@ -107,6 +107,12 @@ class SyncResourceReconciler:
             return Result()
         targets = self._targets(spec)
         self.runtimes_of[key] = set(targets) | {a.runtime for a in applied}
+        generation = resource["metadata"].get("generation")
+        if (resource.get("status") or {}).get("observedGeneration") != generation:
+            await self._write_status(
+                key, resource, state=model.State.PROCESSING, message=f"applying generation {generation}",
+                items=[], applied=applied,
+            )
         semaphore = asyncio.Semaphore(self._settings.max_concurrent_runtimes)
 
         async def bounded(runtime: str, wanted: tuple[model.Item, ...]) -> RuntimeOutcome:

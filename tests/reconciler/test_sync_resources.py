@@ -1,6 +1,7 @@
 """SyncResource against a real KCP and two real SKR apiservers."""
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -32,6 +33,33 @@ async def test_create_and_sync_creates_and_resets_drift_and_deletion(
         await kube.request(kcp.skrs["skr-1"], "DELETE", _cm_path(kcp, "cm-sync"))
         await eventually(lambda: _has(kcp, "skr-1", "cm-sync", {"k": "desired"}), what="recreated")
     assert await kcp.configmap_in("skr-2", "cm-sync") is None
+
+
+async def test_a_new_generation_shows_processing_then_ready(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """While a spec change is being applied the state is Processing; then Ready, with observedGeneration."""
+    states: list[str] = []
+
+    async def record() -> None:
+        listing = await kube.request(kcp.api, "GET", kcp.path())
+        async for _, obj in kube.watch_objects(kcp.api, crds.SYNC_RESOURCE, namespace=kcp.namespace, label_selector=None,
+                                               resource_version=listing["metadata"]["resourceVersion"], timeout_seconds=30):
+            state = (obj.get("status") or {}).get("state")
+            if state and (not states or states[-1] != state):
+                states.append(state)
+
+    watching = asyncio.create_task(record())
+    try:
+        async with run_controller():
+            await kcp.create("phases", {"kyma": "skr-1", "items": [kcp.configmap("cm-phases", {"k": "v"})]})
+            await eventually(lambda: _state_is(kcp, "phases", "Ready"), what="Ready")
+            await asyncio.sleep(0.3)
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+    assert states[:2] == ["Processing", "Ready"]
+    status = (await kcp.get("phases") or {})["status"]
+    assert status["observedGeneration"] == 1 and status["conditions"][0]["observedGeneration"] == 1
 
 
 async def test_create_and_ignore_keeps_user_edits_but_recreates(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
