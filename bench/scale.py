@@ -15,7 +15,8 @@ runtime gets a SyncResource with one CreateAndSync ConfigMap. Then:
 - faults (--faults): NATS, the listener and the reconciler are SIGKILLed and restarted, and a
   runtime apiserver stopped and started, each during a drift burst; every edit must still be
   reset (events lost must be 0), and the time to recover is reported;
-- resources: CPU seconds and RSS of every component, and per 1,000 runtimes.
+- resources: CPU seconds, steady-state cores and RSS of every component (run two scales and take
+  the difference for the cost per runtime: each process has a base).
 
     python bench/scale.py --runtimes 100 --faults
 """
@@ -84,6 +85,7 @@ async def main() -> None:
     parser.add_argument("--hosts", type=int, default=2, help="watcher-host processes (default 2)")
     parser.add_argument("--faults", action="store_true", help="then kill/restart NATS, listener, reconciler, an apiserver")
     parser.add_argument("--outage-seconds", type=float, default=3.0, help="how long each fault lasts (default 3)")
+    parser.add_argument("--idle-seconds", type=float, default=10.0, help="steady-state CPU sample (default 10)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kyma-bench-scale-"))
     binaries = testbin.ensure(directory=testbin.default_cache_root() / testbin.K8S_VERSION)
@@ -270,9 +272,15 @@ async def main() -> None:
                         "recovered_all_seconds_after_repair": round(max(seen.values(), default=repaired) - repaired, 2),
                     }
 
+            # Steady state: everything converged, nothing changing — what the landscape costs at rest.
+            pids = {p.name: p.pid for p in procs if p.pid}
+            if running.nats._process is not None and running.nats._process.pid:
+                pids["nats-server"] = running.nats._process.pid
+            idle_before = {name: usage(pid)[0] for name, pid in pids.items()}
+            await asyncio.sleep(args.idle_seconds)
+            idle_cores = {name: (usage(pid)[0] - idle_before[name]) / args.idle_seconds for name, pid in pids.items()}
             components = {p.name: usage(p.pid) for p in procs if p.pid}
             components["nats-server"] = usage(running.nats._process.pid) if running.nats._process and running.nats._process.pid else (0, 0)
-            per_thousand = 1000 / len(names)
             print(json.dumps({
                 "runtimes": len(names),
                 "setup_seconds": round(setup_seconds, 1),
@@ -288,7 +296,7 @@ async def main() -> None:
                 "faults": fault_results,
                 "exited_components": [p.name for p in procs if not p.running],
                 "components": {k: {"cpu_seconds": round(c, 1), "rss_mib": round(m, 1),
-                                   "rss_mib_per_1000_runtimes": round(m * per_thousand, 1)} for k, (c, m) in components.items()},
+                                   "idle_cores": round(idle_cores.get(k, 0.0), 3)} for k, (c, m) in components.items()},
             }, indent=2))
             for api in skrs.values():
                 await api.close()
