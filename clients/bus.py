@@ -23,6 +23,7 @@ from nats.js import errors as js_errors
 from pydantic import BaseModel, ConfigDict, Field
 
 from contract import subjects
+from kit import aio
 
 MSG_ID_HEADER = "Nats-Msg-Id"
 
@@ -102,6 +103,19 @@ async def connect(servers: list[str], *, name: str) -> Client:
         )
     except (nats.errors.Error, OSError, asyncio.TimeoutError) as exc:
         raise BusUnavailableError(f"cannot connect to NATS at {', '.join(servers)}: {exc}") from exc
+
+
+async def connect_retrying(servers: list[str], *, name: str, stop: asyncio.Event) -> Client | None:
+    """Connect, retrying with backoff while NATS is not there yet; None if ``stop`` came first."""
+    backoff = aio.Backoff(initial=0.5)
+    while not stop.is_set():
+        try:
+            return await connect(servers, name=name)
+        except BusUnavailableError as exc:
+            delay = backoff.delay()
+            log.warning("NATS not reachable, retrying", extra={"error": str(exc), "retry_in": round(delay, 2)})
+            await aio.sleep_unless(stop, delay)
+    return None
 
 
 async def ensure_stream(js: JetStreamContext, settings: StreamSettings) -> js_api.StreamInfo:

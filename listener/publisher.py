@@ -25,15 +25,10 @@ class JetStreamPublisher:
         return self._js is not None and self._connection is not None and self._connection.is_connected
 
     async def run(self, *, stop: asyncio.Event) -> None:
-        backoff = aio.Backoff(initial=0.5)
-        while not stop.is_set():
-            try:
-                connection = await bus.connect(list(self._config.servers), name="kyma-listener")
-            except bus.BusUnavailableError as exc:
-                delay = backoff.delay()
-                log.warning("NATS not reachable, retrying", extra={"error": str(exc), "retry_in": delay})
-                await aio.sleep_unless(stop, delay)
-                continue
+        while True:
+            connection = await bus.connect_retrying(list(self._config.servers), name="kyma-listener", stop=stop)
+            if connection is None:
+                return
             try:
                 await self._ensure_stream_until_done(connection.jetstream(), stop=stop)
                 self._connection = connection

@@ -83,13 +83,12 @@ async def _settle(message: Msg, handler: Handler, settings: ConsumerSettings) ->
 
 async def consume(settings: ConsumerSettings, handler: Handler, *, stop: asyncio.Event) -> None:
     backoff = aio.Backoff(initial=0.5)
-    while not stop.is_set():
-        try:
-            connection = await bus.connect(list(settings.servers), name=f"kyma-reconciler-{settings.durable}")
-        except bus.BusUnavailableError as exc:
-            log.warning("NATS not reachable, retrying", extra={"error": str(exc)})
-            await aio.sleep_unless(stop, backoff.delay())
-            continue
+    while True:
+        connection = await bus.connect_retrying(
+            list(settings.servers), name=f"kyma-reconciler-{settings.durable}", stop=stop
+        )
+        if connection is None:
+            return
         try:
             js = connection.jetstream()
             subscription = await js.pull_subscribe(
