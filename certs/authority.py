@@ -17,7 +17,6 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
 from pydantic import BaseModel, ConfigDict
 
 from certs import pki
@@ -118,11 +117,11 @@ class Authority:
         self.current = pki.create_ca(common_name, lifetime=lifetime)
 
     def is_current_issuer(self, certificate: x509.Certificate) -> bool:
-        return certificate.issuer == self.current.certificate.subject and _signed_by(certificate, self.current)
+        return certificate.issuer == self.current.certificate.subject and pki.signed_by(certificate, self.current.certificate)
 
     def revoke(self, certificate_or_serial: x509.Certificate | int) -> None:
         if isinstance(certificate_or_serial, x509.Certificate):
-            issuer = next((ca for ca in self.trusted() if _signed_by(certificate_or_serial, ca)), None)
+            issuer = next((ca for ca in self.trusted() if pki.signed_by(certificate_or_serial, ca.certificate)), None)
             if issuer is None:
                 raise AuthorityError("that certificate was not issued by a trusted CA of this store")
             serial = certificate_or_serial.serial_number
@@ -138,14 +137,6 @@ class Authority:
 
 def _key(ca: pki.KeyPair) -> str:
     return ca.certificate.subject.rfc4514_string() + "#" + format(ca.certificate.serial_number, "x")
-
-
-def _signed_by(certificate: x509.Certificate, ca: pki.KeyPair) -> bool:
-    try:
-        certificate.verify_directly_issued_by(ca.certificate)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
 
 
 def _is_ip(name: str) -> bool:

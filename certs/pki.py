@@ -11,6 +11,7 @@ import ipaddress
 from collections.abc import Iterable, Sequence
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -51,6 +52,15 @@ class KeyPair:
         if not isinstance(key, ec.EllipticCurvePrivateKey):
             raise ValueError("only ECDSA private keys are supported")
         return cls(certificate=x509.load_pem_x509_certificate(cert_pem), key=key)
+
+
+def signed_by(certificate: x509.Certificate, issuer: x509.Certificate) -> bool:
+    """Whether ``issuer`` signed ``certificate`` (names alone do not tell: rotated CAs share one)."""
+    try:
+        certificate.verify_directly_issued_by(issuer)
+    except (InvalidSignature, ValueError, TypeError):
+        return False
+    return True
 
 
 def new_private_key() -> ec.EllipticCurvePrivateKey:

@@ -12,11 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from certs import identity
+from certs import identity, pki
 from contract import ids
 from listener import errors
 
@@ -53,7 +52,7 @@ class TrustStore:
         candidates = [ca for ca in self.authorities if ca.subject == certificate.issuer]
         if not candidates:
             raise errors.Forbidden("client certificate is not issued by a trusted runtime CA")
-        issuer = next((ca for ca in candidates if _signed_by(certificate, ca)), None)
+        issuer = next((ca for ca in candidates if pki.signed_by(certificate, ca)), None)
         if issuer is None:
             raise errors.Forbidden("client certificate signature does not verify")
         if not issuer.not_valid_before_utc <= now <= issuer.not_valid_after_utc:
@@ -74,14 +73,6 @@ class TrustStore:
 
 def _fingerprint(ca: x509.Certificate) -> bytes:
     return ca.fingerprint(hashes.SHA256())
-
-
-def _signed_by(certificate: x509.Certificate, ca: x509.Certificate) -> bool:
-    try:
-        certificate.verify_directly_issued_by(ca)
-    except (InvalidSignature, ValueError, TypeError):
-        return False
-    return True
 
 
 def _load_crls(data: bytes) -> list[x509.CertificateRevocationList]:
