@@ -85,7 +85,7 @@ class Authority:
         return {
             CA_CERT: self.current.cert_pem,
             CA_KEY: self.current.key_pem,
-            BUNDLE: b"".join(ca.cert_pem for ca in self.trusted(now=now)),
+            BUNDLE: self.trust_bundle(now=now),
             CRL: b"".join(pki.crl_pem(self._crl(ca)) for ca in self.trusted(now=now)),
             STATE: state.model_dump_json(indent=2).encode(),
         }
@@ -95,6 +95,10 @@ class Authority:
         moment = now or _now()
         overlapping = self.previous is not None and self.overlap_until is not None and moment < self.overlap_until
         return [self.current] + ([self.previous] if overlapping and self.previous else [])
+
+    def trust_bundle(self, *, now: datetime.datetime | None = None) -> bytes:
+        """The trusted CAs in PEM: what watchers and listener verify against (no CRL signing needed)."""
+        return b"".join(ca.cert_pem for ca in self.trusted(now=now))
 
     def issue_runtime(self, runtime: str, *, lifetime: datetime.timedelta) -> pki.KeyPair:
         return pki.runtime_client_cert(self.current, runtime, lifetime=lifetime)

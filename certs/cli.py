@@ -125,7 +125,7 @@ async def _execute(args: argparse.Namespace, store: stores.Store, kcp: client.Ap
         print(json.dumps({"store": store.describe(), **_summary(ca)}, indent=2))
     elif args.command == "issue" and args.out:
         pair = ca.issue_runtime(args.runtime, lifetime=args.lifetime)
-        _write_pair(args.out, pair, ca.to_files()[authority.BUNDLE])
+        _write_pair(args.out, pair, ca.trust_bundle())
         print(f"issued {args.runtime} (serial {pair.certificate.serial_number:x}, until {pair.not_after:%Y-%m-%d %H:%M}Z) into {args.out}")
     elif args.command == "issue":
         assert kcp is not None
@@ -135,7 +135,7 @@ async def _execute(args: argparse.Namespace, store: stores.Store, kcp: client.Ap
         print(f"issued {args.runtime} into Secret {rotation.RUNTIME_SECRET_NAMESPACE}/{rotation.RUNTIME_SECRET_NAME} of the runtime (until {pair.not_after:%Y-%m-%d %H:%M}Z)")
     elif args.command == "issue-server":
         pair = ca.issue_server(args.hosts, lifetime=args.lifetime)
-        _write_pair(args.out, pair, ca.to_files()[authority.BUNDLE])
+        _write_pair(args.out, pair, ca.trust_bundle())
         print(f"issued server certificate for {', '.join(args.hosts)} into {args.out}")
     elif args.command == "revoke":
         for path in args.certificates:

@@ -73,7 +73,7 @@ async def deliver_certificate(
         core,
         namespace=RUNTIME_SECRET_NAMESPACE,
         name=RUNTIME_SECRET_NAME,
-        data={"tls.crt": pair.cert_pem, "tls.key": pair.key_pem, "ca.crt": ca.to_files()[authority.BUNDLE]},
+        data={"tls.crt": pair.cert_pem, "tls.key": pair.key_pem, "ca.crt": ca.trust_bundle()},
         labels={runtimes.RUNTIME_LABEL: runtime},
         secret_type="kubernetes.io/tls",
     )
@@ -90,7 +90,7 @@ async def certificate_due(
     certificate, bundle = current
     if not ca.is_current_issuer(certificate):
         return "issued by a CA that is no longer current"
-    if bundle != ca.to_files()[authority.BUNDLE]:
+    if bundle != ca.trust_bundle():
         return "trust bundle changed"
     if authority.is_due(certificate, fraction=fraction):
         return "past its renewal point"
