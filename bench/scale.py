@@ -274,13 +274,12 @@ async def main() -> None:
 
             # Steady state: everything converged, nothing changing — what the landscape costs at rest.
             pids = {p.name: p.pid for p in procs if p.pid}
-            if running.nats._process is not None and running.nats._process.pid:
-                pids["nats-server"] = running.nats._process.pid
+            if running.nats.pid:
+                pids["nats-server"] = running.nats.pid
             idle_before = {name: usage(pid)[0] for name, pid in pids.items()}
             await asyncio.sleep(args.idle_seconds)
             idle_cores = {name: (usage(pid)[0] - idle_before[name]) / args.idle_seconds for name, pid in pids.items()}
-            components = {p.name: usage(p.pid) for p in procs if p.pid}
-            components["nats-server"] = usage(running.nats._process.pid) if running.nats._process and running.nats._process.pid else (0, 0)
+            components = {name: usage(pid) for name, pid in pids.items()}
             print(json.dumps({
                 "runtimes": len(names),
                 "setup_seconds": round(setup_seconds, 1),

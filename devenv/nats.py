@@ -37,6 +37,10 @@ class NatsServer:
     def url(self) -> str:
         return f"nats://{net.LOOPBACK}:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
     def start(self) -> None:
         self._process = process.ManagedProcess(
             name="nats",
