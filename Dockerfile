@@ -7,6 +7,7 @@ COPY contract /src/contract
 COPY clients /src/clients
 COPY kit /src/kit
 COPY observability /src/observability
+COPY pki /src/pki
 COPY certs /src/certs
 COPY watcher /src/watcher
 COPY listener /src/listener

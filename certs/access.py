@@ -14,18 +14,24 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field
 
-from certs import kubeconfigs, runtimes, stores
+from certs import runtimes, stores
 from clients import kube
-from contract import ids
+from contract import ids, wire
 from kit import files
+from pki import kubeconfigs
 
 _EXPIRES = "kyma-project.io/token-expires-at"
 _ISSUED = "kyma-project.io/token-issued-at"
 _ANCHOR_LABEL = "kyma-project.io/token-anchor-of"
+
+_RBAC = "rbac.authorization.k8s.io"
+_SERVICE_ACCOUNTS = kube.Gvr("", "v1", "serviceaccounts")
+_CLUSTER_ROLES = kube.Gvr(_RBAC, "v1", "clusterroles")
+_CLUSTER_ROLE_BINDINGS = kube.Gvr(_RBAC, "v1", "clusterrolebindings")
+_ROLES = kube.Gvr(_RBAC, "v1", "roles")
+_ROLE_BINDINGS = kube.Gvr(_RBAC, "v1", "rolebindings")
 
 
 class PolicyRule(BaseModel):
@@ -36,13 +42,15 @@ class PolicyRule(BaseModel):
     verbs: tuple[str, ...] = Field(min_length=1)
     resource_names: tuple[str, ...] | None = Field(default=None, alias="resourceNames")
 
-    def to_k8s(self) -> client.V1PolicyRule:
-        return client.V1PolicyRule(
-            api_groups=list(self.api_groups),
-            resources=list(self.resources),
-            verbs=list(self.verbs),
-            resource_names=list(self.resource_names) if self.resource_names else None,
-        )
+    def to_k8s(self) -> dict[str, Any]:
+        rule: dict[str, Any] = {
+            "apiGroups": list(self.api_groups),
+            "resources": list(self.resources),
+            "verbs": list(self.verbs),
+        }
+        if self.resource_names:
+            rule["resourceNames"] = list(self.resource_names)
+        return rule
 
 
 class ModuleAccess(BaseModel):
@@ -83,89 +91,96 @@ class Token:
     anchor: str
 
 
-async def _create_or_replace(create: Any, replace: Any, name: str, *args: Any) -> None:
-    try:
-        await create(*args)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-        await replace(name, *args)
-
-
-async def _ensure_rbac(api: client.ApiClient, module: str, access: ModuleAccess) -> None:
-    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+async def _ensure_rbac(api: kube.ApiClient, module: str, access: ModuleAccess) -> None:
     name = service_account_name(module)
-    subject = client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=access.namespace)
-    meta = client.V1ObjectMeta(name=name, labels={runtimes.MODULE_LABEL: module})
+    subject = {"kind": "ServiceAccount", "name": name, "namespace": access.namespace}
+    meta = {"name": name, "labels": {wire.MODULE_LABEL: module}}
+
+    def body(gvr: kube.Gvr, kind: str, **fields: Any) -> dict[str, Any]:
+        return {"apiVersion": gvr.api_version, "kind": kind, "metadata": meta, **fields}
+
+    def role_ref(kind: str) -> dict[str, str]:
+        return {"apiGroup": _RBAC, "kind": kind, "name": name}
+
     await kube.ensure_namespace(api, access.namespace)
     try:
-        await core.create_namespaced_service_account(access.namespace, client.V1ServiceAccount(metadata=meta))
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-    cluster_role = client.V1ClusterRole(metadata=meta, rules=[r.to_k8s() for r in access.cluster_rules])
-    await _create_or_replace(rbac.create_cluster_role, rbac.replace_cluster_role, name, cluster_role)
-    await _create_or_replace(
-        rbac.create_cluster_role_binding, rbac.replace_cluster_role_binding, name,
-        client.V1ClusterRoleBinding(
-            metadata=meta, role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=name),
-            subjects=[subject],
-        ),
+        await kube.request(
+            api, "POST", _SERVICE_ACCOUNTS.path(access.namespace), body=body(_SERVICE_ACCOUNTS, "ServiceAccount")
+        )
+    except kube.ConflictError:
+        pass
+    await kube.create_or_replace(
+        api,
+        _CLUSTER_ROLES.path(),
+        body(_CLUSTER_ROLES, "ClusterRole", rules=[r.to_k8s() for r in access.cluster_rules]),
     )
-    role = client.V1Role(metadata=meta, rules=[r.to_k8s() for r in access.rules])
-    await _create_or_replace(rbac.create_namespaced_role, rbac.replace_namespaced_role, name, access.namespace, role)
-    await _create_or_replace(
-        rbac.create_namespaced_role_binding, rbac.replace_namespaced_role_binding, name, access.namespace,
-        client.V1RoleBinding(
-            metadata=meta, role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=name),
-            subjects=[subject],
-        ),
+    await kube.create_or_replace(
+        api,
+        _CLUSTER_ROLE_BINDINGS.path(),
+        body(_CLUSTER_ROLE_BINDINGS, "ClusterRoleBinding", roleRef=role_ref("ClusterRole"), subjects=[subject]),
+    )
+    await kube.create_or_replace(
+        api, _ROLES.path(access.namespace), body(_ROLES, "Role", rules=[r.to_k8s() for r in access.rules])
+    )
+    await kube.create_or_replace(
+        api,
+        _ROLE_BINDINGS.path(access.namespace),
+        body(_ROLE_BINDINGS, "RoleBinding", roleRef=role_ref("Role"), subjects=[subject]),
     )
 
 
-async def mint_token(api: client.ApiClient, module: str, access: ModuleAccess) -> Token:
+async def mint_token(api: kube.ApiClient, module: str, access: ModuleAccess) -> Token:
     """RBAC brought to the module's rules, and a new token bound to a new anchor Secret."""
-    try:
-        await _ensure_rbac(api, module, access)
-        core = client.CoreV1Api(api)
-        anchor = await core.create_namespaced_secret(
-            access.namespace,
-            client.V1Secret(
-                metadata=client.V1ObjectMeta(
-                    name=f"{service_account_name(module)}-token-{uuid.uuid4().hex[:8]}",
-                    labels={_ANCHOR_LABEL: module},
-                ),
-                type="Opaque",
-            ),
-        )
-        request = await core.create_namespaced_service_account_token(
-            service_account_name(module),
-            access.namespace,
-            client.AuthenticationV1TokenRequest(
-                spec=client.V1TokenRequestSpec(
-                    audiences=[],
-                    expiration_seconds=access.token_lifetime_seconds,
-                    bound_object_ref=client.V1BoundObjectReference(
-                        api_version="v1", kind="Secret", name=anchor.metadata.name, uid=anchor.metadata.uid
-                    ),
-                )
-            ),
-        )
-    except kube.API_ERRORS as exc:
-        raise kube.translate(exc) from exc
-    return Token(value=request.status.token, expires_at=request.status.expiration_timestamp, anchor=anchor.metadata.name)
+    await _ensure_rbac(api, module, access)
+    anchor = await kube.request(
+        api,
+        "POST",
+        kube.SECRETS.path(access.namespace),
+        body={
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": f"{service_account_name(module)}-token-{uuid.uuid4().hex[:8]}",
+                "labels": {_ANCHOR_LABEL: module},
+            },
+            "type": "Opaque",
+        },
+    )
+    path = _SERVICE_ACCOUNTS.object_path(access.namespace, service_account_name(module), subresource="token")
+    request = await kube.request(
+        api,
+        "POST",
+        path,
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "audiences": [],
+                "expirationSeconds": access.token_lifetime_seconds,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "name": anchor["metadata"]["name"],
+                    "uid": anchor["metadata"]["uid"],
+                },
+            },
+        },
+    )
+    return Token(
+        value=request["status"]["token"],
+        expires_at=datetime.datetime.fromisoformat(request["status"]["expirationTimestamp"]),
+        anchor=anchor["metadata"]["name"],
+    )
 
 
-async def revoke_tokens(api: client.ApiClient, module: str, access: ModuleAccess, *, keep: str) -> list[str]:
+async def revoke_tokens(api: kube.ApiClient, module: str, access: ModuleAccess, *, keep: str) -> list[str]:
     """Delete every anchor of the module but ``keep``: their tokens stop working at once."""
-    core = client.CoreV1Api(api)
-    try:
-        anchors = await core.list_namespaced_secret(access.namespace, label_selector=f"{_ANCHOR_LABEL}={module}")
-        revoked = [s.metadata.name for s in anchors.items if s.metadata.name != keep]
-        for name in revoked:
-            await core.delete_namespaced_secret(name, access.namespace)
-    except kube.API_ERRORS as exc:
-        raise kube.translate(exc) from exc
+    anchors, _ = await kube.list_objects(
+        api, kube.SECRETS, namespace=access.namespace, label_selector=f"{_ANCHOR_LABEL}={module}"
+    )
+    revoked = [s["metadata"]["name"] for s in anchors if s["metadata"]["name"] != keep]
+    for name in revoked:
+        await kube.delete(api, kube.SECRETS.object_path(access.namespace, name))
     return revoked
 
 
@@ -178,11 +193,11 @@ def _cluster_of(master: dict[str, Any]) -> tuple[str, bytes]:
 
 async def issue_kubeconfig(
     *,
-    kcp: client.ApiClient,
+    kcp: kube.ApiClient,
     runtime: runtimes.Runtime,
     module: str,
     access: ModuleAccess,
-    namespace: str = runtimes.KUBECONFIG_NAMESPACE,
+    namespace: str = wire.KUBECONFIG_NAMESPACE,
 ) -> Token:
     """Mint a token in the runtime, store its kubeconfig in KCP, then revoke the previous tokens."""
     server, ca_pem = _cluster_of(runtime.kubeconfig)
@@ -193,11 +208,11 @@ async def issue_kubeconfig(
         )
         await kube.ensure_namespace(kcp, namespace)
         await stores.write_secret(
-            client.CoreV1Api(kcp),
+            kcp,
             namespace=namespace,
-            name=runtimes.module_secret_name(module, runtime.name),
-            data={runtimes.KUBECONFIG_KEY: kubeconfigs.dump(document).encode()},
-            labels={runtimes.RUNTIME_LABEL: runtime.name, runtimes.MODULE_LABEL: module},
+            name=wire.module_kubeconfig_secret(module, runtime.name),
+            data={wire.KUBECONFIG_KEY: kubeconfigs.dump(document).encode()},
+            labels={wire.RUNTIME_LABEL: runtime.name, wire.MODULE_LABEL: module},
             annotations={
                 _EXPIRES: token.expires_at.isoformat(),
                 _ISSUED: datetime.datetime.now(datetime.UTC).isoformat(),
@@ -208,16 +223,20 @@ async def issue_kubeconfig(
 
 
 async def kubeconfig_due(
-    kcp: client.ApiClient, *, runtime: str, module: str, fraction: float = 2 / 3, namespace: str = runtimes.KUBECONFIG_NAMESPACE
+    kcp: kube.ApiClient,
+    *,
+    runtime: str,
+    module: str,
+    fraction: float = 2 / 3,
+    namespace: str = wire.KUBECONFIG_NAMESPACE,
 ) -> bool:
     """Whether the module's kubeconfig for the runtime is missing or past ``fraction`` of its token's life."""
-    try:
-        secret = await client.CoreV1Api(kcp).read_namespaced_secret(runtimes.module_secret_name(module, runtime), namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise kube.translate(exc) from exc
-    annotations = secret.metadata.annotations or {}
+    secret = await kube.get_or_none(
+        kcp, kube.SECRETS.object_path(namespace, wire.module_kubeconfig_secret(module, runtime))
+    )
+    if secret is None:
+        return True
+    annotations = secret["metadata"].get("annotations") or {}
     if _EXPIRES not in annotations or _ISSUED not in annotations:
         return True
     issued = datetime.datetime.fromisoformat(annotations[_ISSUED])

@@ -15,12 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography import x509
-from kubernetes_asyncio import client
 
-from certs import access, authority, pki, rotation, runtimes, stores
+from certs import access, rotation, runtimes, stores
 from clients import kube
+from contract import wire
 from kit import aio
 from observability import logs
+from pki import authority, pki
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -34,7 +35,9 @@ def duration(text: str) -> datetime.timedelta:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kyma-certs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="kyma-certs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--store", type=Path, help="CA store directory (local use)")
     where.add_argument("--store-secret", metavar="NAMESPACE/NAME", help="CA store Secret in KCP")
@@ -53,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     target = issue.add_mutually_exclusive_group(required=True)
     target.add_argument("--out", type=Path, help="write tls.crt, tls.key, ca.crt into this directory")
     target.add_argument(
-        "--to-runtime", action="store_true",
+        "--to-runtime",
+        action="store_true",
         help="write the watcher's Secret into the runtime (master kubeconfig from KCP)",
     )
 
@@ -87,7 +91,7 @@ class UsageError(Exception):
     """A combination of options that cannot work."""
 
 
-async def _kcp(args: argparse.Namespace) -> client.ApiClient:
+async def _kcp(args: argparse.Namespace) -> kube.ApiClient:
     if args.kcp_kubeconfig is None:
         raise UsageError(f"`{args.command}` needs --kcp-kubeconfig")
     return await kube.api_client(kube.read_kubeconfig(args.kcp_kubeconfig))
@@ -103,7 +107,10 @@ def _write_pair(directory: Path, pair: pki.KeyPair, bundle: bytes) -> None:
 
 def _summary(ca: authority.Authority) -> dict[str, object]:
     return {
-        "current": {"subject": ca.current.certificate.subject.rfc4514_string(), "not_after": ca.current.not_after.isoformat()},
+        "current": {
+            "subject": ca.current.certificate.subject.rfc4514_string(),
+            "not_after": ca.current.not_after.isoformat(),
+        },
         "previous": ca.previous.certificate.subject.rfc4514_string() if ca.previous else None,
         "overlap_until": ca.overlap_until.isoformat() if ca.overlap_until else None,
         "trusted": len(ca.trusted()),
@@ -111,7 +118,7 @@ def _summary(ca: authority.Authority) -> dict[str, object]:
     }
 
 
-async def _execute(args: argparse.Namespace, store: stores.Store, kcp: client.ApiClient | None) -> None:
+async def _execute(args: argparse.Namespace, store: stores.Store, kcp: kube.ApiClient | None) -> None:
     files = await store.read()
     if args.command == "init-ca":
         if files and not args.force:
@@ -126,13 +133,17 @@ async def _execute(args: argparse.Namespace, store: stores.Store, kcp: client.Ap
     elif args.command == "issue" and args.out:
         pair = ca.issue_runtime(args.runtime, lifetime=args.lifetime)
         _write_pair(args.out, pair, ca.trust_bundle())
-        print(f"issued {args.runtime} (serial {pair.certificate.serial_number:x}, until {pair.not_after:%Y-%m-%d %H:%M}Z) into {args.out}")
+        print(
+            f"issued {args.runtime} (serial {pair.certificate.serial_number:x}, until {pair.not_after:%Y-%m-%d %H:%M}Z) into {args.out}"
+        )
     elif args.command == "issue":
         assert kcp is not None
         runtime = await runtimes.get_runtime(kcp, args.runtime)
         async with await kube.api_client(runtime.kubeconfig) as runtime_api:
             pair = await rotation.deliver_certificate(runtime_api, ca, args.runtime, lifetime=args.lifetime)
-        print(f"issued {args.runtime} into Secret {rotation.RUNTIME_SECRET_NAMESPACE}/{rotation.RUNTIME_SECRET_NAME} of the runtime (until {pair.not_after:%Y-%m-%d %H:%M}Z)")
+        print(
+            f"issued {args.runtime} into Secret {rotation.RUNTIME_SECRET_NAMESPACE}/{rotation.RUNTIME_SECRET_NAME} of the runtime (until {pair.not_after:%Y-%m-%d %H:%M}Z)"
+        )
     elif args.command == "issue-server":
         pair = ca.issue_server(args.hosts, lifetime=args.lifetime)
         _write_pair(args.out, pair, ca.trust_bundle())
@@ -156,7 +167,7 @@ async def _execute(args: argparse.Namespace, store: stores.Store, kcp: client.Ap
         token = await access.issue_kubeconfig(kcp=kcp, runtime=runtime, module=args.module, access=module_access)
         print(
             f"kubeconfig for {args.module} in {args.runtime} written to Secret "
-            f"{runtimes.KUBECONFIG_NAMESPACE}/{runtimes.module_secret_name(args.module, args.runtime)} (token until {token.expires_at:%Y-%m-%d %H:%M}Z)"
+            f"{wire.KUBECONFIG_NAMESPACE}/{wire.module_kubeconfig_secret(args.module, args.runtime)} (token until {token.expires_at:%Y-%m-%d %H:%M}Z)"
         )
     elif args.command == "rotate":
         assert kcp is not None
@@ -204,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"kyma-certs: {exc}", file=sys.stderr)
         return 2
-    except (authority.AuthorityError, LookupError, kube.KubeAPIError, ValueError, OSError) as exc:
+    except (authority.AuthorityError, LookupError, kube.KubeError, ValueError, OSError) as exc:
         print(f"kyma-certs: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -15,16 +15,16 @@ import logging
 import random
 
 from cryptography import x509
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from certs import access, authority, pki, runtimes, stores
+from certs import access, runtimes, stores
 from clients import kube
+from contract import wire
 from kit import aio
+from pki import authority, pki
 
 log = logging.getLogger(__name__)
 
-_RUNTIME_ERRORS: tuple[type[BaseException], ...] = (kube.KubeAPIError, ValueError, *kube.API_ERRORS)
+_RUNTIME_ERRORS: tuple[type[BaseException], ...] = (kube.KubeError, ValueError)
 """A runtime failing in any of these ways is reported and skipped; the others go on."""
 
 RUNTIME_SECRET_NAMESPACE = "kyma-system"
@@ -45,46 +45,40 @@ class Report:
     failures: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-async def _current_certificate(core: client.CoreV1Api) -> tuple[x509.Certificate, bytes] | None:
-    try:
-        secret = await core.read_namespaced_secret(RUNTIME_SECRET_NAME, RUNTIME_SECRET_NAMESPACE)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise kube.translate(exc) from exc
-    data = secret.data or {}
+async def _current_certificate(api: kube.ApiClient) -> tuple[x509.Certificate, bytes] | None:
+    secret = await kube.get_or_none(api, kube.SECRETS.object_path(RUNTIME_SECRET_NAMESPACE, RUNTIME_SECRET_NAME))
+    if secret is None:
+        return None
+    data = secret.get("data") or {}
     if "tls.crt" not in data:
         return None
     return x509.load_pem_x509_certificate(base64.b64decode(data["tls.crt"])), base64.b64decode(data.get("ca.crt", ""))
 
 
 async def deliver_certificate(
-    runtime_api: client.ApiClient,
+    runtime_api: kube.ApiClient,
     ca: authority.Authority,
     runtime: str,
     *,
     lifetime: datetime.timedelta,
 ) -> pki.KeyPair:
     """Issue a client certificate for ``runtime`` and write it into the runtime's watcher Secret."""
-    core = client.CoreV1Api(runtime_api)
     await kube.ensure_namespace(runtime_api, RUNTIME_SECRET_NAMESPACE)
     pair = ca.issue_runtime(runtime, lifetime=lifetime)
     await stores.write_secret(
-        core,
+        runtime_api,
         namespace=RUNTIME_SECRET_NAMESPACE,
         name=RUNTIME_SECRET_NAME,
         data={"tls.crt": pair.cert_pem, "tls.key": pair.key_pem, "ca.crt": ca.trust_bundle()},
-        labels={runtimes.RUNTIME_LABEL: runtime},
+        labels={wire.RUNTIME_LABEL: runtime},
         secret_type="kubernetes.io/tls",
     )
     return pair
 
 
-async def certificate_due(
-    runtime_api: client.ApiClient, ca: authority.Authority, *, fraction: float
-) -> str | None:
+async def certificate_due(runtime_api: kube.ApiClient, ca: authority.Authority, *, fraction: float) -> str | None:
     """Why the runtime's certificate needs renewing, or None if it is fine."""
-    current = await _current_certificate(client.CoreV1Api(runtime_api))
+    current = await _current_certificate(runtime_api)
     if current is None:
         return "missing"
     certificate, bundle = current
@@ -98,7 +92,12 @@ async def certificate_due(
 
 
 async def _rotate_runtime(
-    *, kcp: client.ApiClient, runtime: runtimes.Runtime, ca: authority.Authority, settings: RotationSettings, report: Report
+    *,
+    kcp: kube.ApiClient,
+    runtime: runtimes.Runtime,
+    ca: authority.Authority,
+    settings: RotationSettings,
+    report: Report,
 ) -> None:
     async with await kube.api_client(runtime.kubeconfig) as runtime_api:
         reason = await certificate_due(runtime_api, ca, fraction=settings.renew_fraction)
@@ -115,7 +114,7 @@ async def _rotate_runtime(
             report.kubeconfigs.append(f"{module}/{runtime.name}")
 
 
-async def rotate_once(*, kcp: client.ApiClient, store: stores.Store, settings: RotationSettings) -> Report:
+async def rotate_once(*, kcp: kube.ApiClient, store: stores.Store, settings: RotationSettings) -> Report:
     stored = await store.read()
     ca = authority.Authority.from_files(stored)
     refreshed = ca.to_files()
@@ -132,7 +131,7 @@ async def rotate_once(*, kcp: client.ApiClient, store: stores.Store, settings: R
 
 
 async def run(
-    *, kcp: client.ApiClient, store: stores.Store, settings: RotationSettings, interval: float, stop: asyncio.Event
+    *, kcp: kube.ApiClient, store: stores.Store, settings: RotationSettings, interval: float, stop: asyncio.Event
 ) -> None:
     """Rotate every ``interval`` (±10 % jitter, so many replicas never align) until ``stop``."""
     while True:
@@ -140,9 +139,13 @@ async def run(
             report = await rotate_once(kcp=kcp, store=store, settings=settings)
             log.info(
                 "rotation pass done",
-                extra={"certificates": len(report.certificates), "kubeconfigs": len(report.kubeconfigs), "failures": len(report.failures)},
+                extra={
+                    "certificates": len(report.certificates),
+                    "kubeconfigs": len(report.kubeconfigs),
+                    "failures": len(report.failures),
+                },
             )
-        except (kube.KubeAPIError, authority.AuthorityError) as exc:
+        except (kube.KubeError, authority.AuthorityError) as exc:
             log.error("rotation pass failed", extra={"error": str(exc)})
         if await aio.sleep_unless(stop, interval * random.uniform(0.9, 1.1)):
             return

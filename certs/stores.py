@@ -4,13 +4,10 @@ import base64
 import os
 import tempfile
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from certs import authority
 from clients import kube
+from pki import authority
 
 _FILES = (authority.CA_CERT, authority.CA_KEY, authority.BUNDLE, authority.CRL, authority.STATE)
 _PRIVATE = (authority.CA_KEY, authority.STATE)
@@ -46,8 +43,8 @@ class DirectoryStore:
 
 
 class SecretStore:
-    def __init__(self, api: client.ApiClient, *, namespace: str, name: str) -> None:
-        self._core = client.CoreV1Api(api)
+    def __init__(self, api: kube.ApiClient, *, namespace: str, name: str) -> None:
+        self._api = api
         self._namespace = namespace
         self._name = name
 
@@ -55,20 +52,17 @@ class SecretStore:
         return f"Secret {self._namespace}/{self._name}"
 
     async def read(self) -> dict[str, bytes]:
-        try:
-            secret = await self._core.read_namespaced_secret(self._name, self._namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return {}
-            raise kube.translate(exc) from exc
-        return {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
+        secret = await kube.get_or_none(self._api, kube.SECRETS.object_path(self._namespace, self._name))
+        if secret is None:
+            return {}
+        return {key: base64.b64decode(value) for key, value in (secret.get("data") or {}).items()}
 
     async def write(self, files: dict[str, bytes]) -> None:
-        await write_secret(self._core, namespace=self._namespace, name=self._name, data=files)
+        await write_secret(self._api, namespace=self._namespace, name=self._name, data=files)
 
 
 async def write_secret(
-    core: client.CoreV1Api,
+    api: kube.ApiClient,
     *,
     namespace: str,
     name: str,
@@ -78,17 +72,16 @@ async def write_secret(
     secret_type: str = "Opaque",
 ) -> None:
     """Create or replace a Secret with exactly ``data``."""
-    body = client.V1Secret(
-        metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=labels, annotations=annotations),
-        type=secret_type,
-        data={key: base64.b64encode(value).decode() for key, value in data.items()},
-    )
-    try:
-        try:
-            await core.replace_namespaced_secret(name, namespace, body)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            await core.create_namespaced_secret(namespace, body)
-    except ApiException as exc:
-        raise kube.translate(exc) from exc
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = labels
+    if annotations:
+        metadata["annotations"] = annotations
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata,
+        "type": secret_type,
+        "data": {key: base64.b64encode(value).decode() for key, value in data.items()},
+    }
+    await kube.create_or_replace(api, kube.SECRETS.path(namespace), body)

@@ -1,19 +1,29 @@
-"""Kubernetes API access: clients from kubeconfigs, and generic list/watch of any resource.
+"""Kubernetes API access: clients from kubeconfigs, raw JSON requests, list/watch of any resource.
 
-List and watch go through ``ApiClient.call_api`` with raw JSON rather than the typed watch
-helper: the watcher handles arbitrary GVRs (core and custom) as plain dicts, needs bookmarks,
-and must read watch lines of up to ~1.5 MB, which a line-limited reader refuses.
+Every call goes through ``ApiClient.call_api`` with raw JSON rather than the typed APIs: the
+engines handle arbitrary GVRs (core and custom) as plain dicts, need bookmarks, and must read
+watch lines of up to ~1.5 MB, which a line-limited reader refuses. This is the one module that
+turns kubernetes_asyncio's and aiohttp's failures into ours (httpx's map_httpcore_exceptions):
 
-    KubeAPIError                  an error answer of the apiserver (status, reason)
-     ├── NotFoundError            404
-     ├── ConflictError            409
-     ├── ResourceVersionExpired   410 Gone: relist
-     └── KubeUnavailableError     no answer at all (connection refused, timeout)
+    KubeError                 a request that did not succeed (``status`` 0 when nothing answered)
+     ├── UnreachableError     no answer at all: connection refused or dropped, timeout
+     └── ApiError             an error answer of the apiserver (status, reason)
+          ├── InvalidError    400, 422: the request or the object is refused as invalid
+          ├── ForbiddenError  401, 403
+          ├── NotFoundError   404
+          ├── ConflictError   409: already exists, or a precondition / resourceVersion failed
+          ├── ExpiredError    410: the resourceVersion is too old; relist
+          └── ThrottledError  429: asked to come back after ``retry_after`` seconds
+
+Paths are built from parts that are each quoted, so a name can never add path segments.
 """
 
 import asyncio
 import dataclasses
+import datetime
 import json
+import socket
+import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,35 +33,90 @@ import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
+ApiClient = client.ApiClient
+"""A connection pool to one apiserver; the engines hold it without importing kubernetes_asyncio."""
 
-class KubeAPIError(RuntimeError):
+
+class KubeError(RuntimeError):
     def __init__(self, status: int, reason: str) -> None:
-        super().__init__(f"apiserver answered {status}: {reason}")
+        super().__init__(f"apiserver answered {status}: {reason}" if status else f"apiserver unreachable: {reason}")
         self.status = status
         self.reason = reason
 
 
-class NotFoundError(KubeAPIError):
+class UnreachableError(KubeError):
+    def __init__(self, reason: str) -> None:
+        super().__init__(0, reason)
+
+
+class ApiError(KubeError):
     pass
 
 
-class ConflictError(KubeAPIError):
+class InvalidError(ApiError):
     pass
 
 
-class ResourceVersionExpired(KubeAPIError):
+class ForbiddenError(ApiError):
     pass
 
 
-_BY_STATUS: dict[int, type[KubeAPIError]] = {404: NotFoundError, 409: ConflictError, 410: ResourceVersionExpired}
-
-
-def _error(status: int, reason: str) -> KubeAPIError:
-    return _BY_STATUS.get(status, KubeAPIError)(status, reason)
-
-
-class KubeUnavailableError(KubeAPIError):
+class NotFoundError(ApiError):
     pass
+
+
+class ConflictError(ApiError):
+    pass
+
+
+class ExpiredError(ApiError):
+    pass
+
+
+class ThrottledError(ApiError):
+    def __init__(self, status: int, reason: str, *, retry_after: float | None = None) -> None:
+        super().__init__(status, reason)
+        self.retry_after = retry_after
+
+
+class KubeconfigError(ValueError):
+    """A kubeconfig (or in-cluster configuration) that cannot be used."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    400: InvalidError,
+    401: ForbiddenError,
+    403: ForbiddenError,
+    404: NotFoundError,
+    409: ConflictError,
+    410: ExpiredError,
+    422: InvalidError,
+}
+
+
+def _answer_error(status: int, reason: str, *, retry_after: str | None = None) -> ApiError:
+    if status == 429:
+        try:
+            seconds = float(retry_after) if retry_after else None
+        except ValueError:
+            seconds = None
+        return ThrottledError(status, reason, retry_after=seconds)
+    return _BY_STATUS.get(status, ApiError)(status, reason)
+
+
+_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+def _translate(exc: BaseException) -> KubeError:
+    if isinstance(exc, ApiException):
+        return _answer_error(int(exc.status or 0), str(exc.body or exc.reason))
+    return UnreachableError(repr(exc))
+
+
+def _segment(part: str) -> str:
+    if not part or part in (".", ".."):
+        raise ValueError(f"{part!r} cannot be a path segment")
+    return urllib.parse.quote(part, safe="")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,66 +129,70 @@ class Gvr:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
-    def path(self, namespace: str | None = None) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        scope = f"/namespaces/{namespace}" if namespace else ""
-        return f"{base}{scope}/{self.resource}"
+    @property
+    def group_version_path(self) -> str:
+        """Where the group version's discovery document is."""
+        return (
+            f"/apis/{_segment(self.group)}/{_segment(self.version)}" if self.group else f"/api/{_segment(self.version)}"
+        )
 
+    def path(self, namespace: str | None = None) -> str:
+        """The collection's path (all namespaces when ``namespace`` is None)."""
+        scope = f"/namespaces/{_segment(namespace)}" if namespace else ""
+        return f"{self.group_version_path}{scope}/{_segment(self.resource)}"
+
+    def object_path(self, namespace: str | None, name: str, *, subresource: str | None = None) -> str:
+        return f"{self.path(namespace)}/{_segment(name)}" + (f"/{_segment(subresource)}" if subresource else "")
+
+
+NAMESPACES = Gvr("", "v1", "namespaces")
+SECRETS = Gvr("", "v1", "secrets")
+CONFIGMAPS = Gvr("", "v1", "configmaps")
+EVENTS = Gvr("", "v1", "events")
 
 _DEFAULT_CONNECTIONS = 100
 
 
-async def api_client(kubeconfig: dict[str, Any], *, connections: int = _DEFAULT_CONNECTIONS) -> client.ApiClient:
+async def api_client(kubeconfig: dict[str, Any], *, connections: int = _DEFAULT_CONNECTIONS) -> ApiClient:
     """An ApiClient for the kubeconfig's current context; the caller closes it.
 
     ``connections`` bounds the pool: every open watch holds one connection for its whole
     duration, so a client that watches much must be sized for it, or later watches wait.
     """
     configuration = client.Configuration()
-    await config.load_kube_config_from_dict(kubeconfig, client_configuration=configuration)
+    try:
+        await config.load_kube_config_from_dict(kubeconfig, client_configuration=configuration)
+    except (config.ConfigException, KeyError, TypeError, ValueError) as exc:
+        raise KubeconfigError(f"unusable kubeconfig: {exc}") from exc
     configuration.connection_pool_maxsize = connections
     return client.ApiClient(configuration=configuration)
 
 
-async def client_from(kubeconfig: Path | None, *, connections: int = _DEFAULT_CONNECTIONS) -> client.ApiClient:
+async def client_from(kubeconfig: Path | None, *, connections: int = _DEFAULT_CONNECTIONS) -> ApiClient:
     """A client from a kubeconfig file, or from the pod's service account when none is given."""
     if kubeconfig is not None:
         return await api_client(read_kubeconfig(kubeconfig), connections=connections)
     configuration = client.Configuration()
-    config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    try:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except config.ConfigException as exc:
+        raise KubeconfigError(f"no --kubeconfig given and not running in a cluster: {exc}") from exc
     configuration.connection_pool_maxsize = connections
     return client.ApiClient(configuration=configuration)
 
 
-async def ensure_namespace(api: client.ApiClient, name: str) -> None:
-    """Create the namespace unless it exists."""
-    try:
-        await request(api, "POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    except ConflictError:
-        pass
-
-
 def read_kubeconfig(path: Path) -> dict[str, Any]:
-    data = yaml.safe_load(path.read_text())
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise KubeconfigError(f"cannot read kubeconfig {path}: {exc}") from exc
     if not isinstance(data, dict):
-        raise ValueError(f"{path} is not a kubeconfig document")
+        raise KubeconfigError(f"{path} is not a kubeconfig document")
     return data
 
 
-def translate(exc: BaseException) -> KubeAPIError:
-    """Our error for a kubernetes_asyncio / aiohttp failure."""
-    if isinstance(exc, ApiException):
-        return _error(int(exc.status or 0), str(exc.body or exc.reason))
-    return KubeUnavailableError(0, repr(exc))
-
-
-_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
-API_ERRORS: tuple[type[BaseException], ...] = (ApiException, *_TRANSPORT_ERRORS)
-"""What a call through the typed kubernetes_asyncio APIs can raise: catch these, then translate()."""
-
-
 async def _call(
-    api: client.ApiClient,
+    api: ApiClient,
     method: str,
     path: str,
     *,
@@ -148,17 +217,19 @@ async def _call(
             return response
         try:
             detail = json.loads(await response.read()).get("message", "")
-        except ValueError:
+        except (ValueError, AttributeError):
             detail = ""
         finally:
             response.release()
     except (ApiException, *_TRANSPORT_ERRORS) as exc:
-        raise translate(exc) from exc
-    raise _error(response.status, str(detail or response.reason))
+        raise _translate(exc) from exc
+    raise _answer_error(
+        response.status, str(detail or response.reason), retry_after=response.headers.get("Retry-After")
+    )
 
 
 async def request(
-    api: client.ApiClient,
+    api: ApiClient,
     method: str,
     path: str,
     *,
@@ -171,15 +242,110 @@ async def request(
     try:
         data = await response.read()
     except _TRANSPORT_ERRORS as exc:
-        raise translate(exc) from exc
+        raise _translate(exc) from exc
     finally:
         response.release()
     document: dict[str, Any] = json.loads(data) if data else {}
     return document
 
 
+async def get_or_none(api: ApiClient, path: str) -> dict[str, Any] | None:
+    """The object, or None when there is none."""
+    try:
+        return await request(api, "GET", path)
+    except NotFoundError:
+        return None
+
+
+async def create_or_replace(
+    api: ApiClient, collection: str, body: dict[str, Any], *, attempts: int = 3
+) -> dict[str, Any]:
+    """Create ``body`` in the collection, or replace the existing object of its name with it.
+
+    The replacement carries the resourceVersion just read, so a concurrent writer makes it retry
+    instead of being overwritten blindly.
+    """
+    path = f"{collection}/{_segment(body['metadata']['name'])}"
+    for attempt in range(attempts):
+        try:
+            return await request(api, "POST", collection, body=body)
+        except ConflictError:
+            current = await get_or_none(api, path)
+            if current is None:
+                continue
+        try:
+            metadata = {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}
+            return await request(api, "PUT", path, body={**body, "metadata": metadata})
+        except (ConflictError, NotFoundError):
+            if attempt == attempts - 1:
+                raise
+    raise ConflictError(409, f"{path} kept changing while it was being replaced")
+
+
+_APPLY = "application/apply-patch+yaml"
+_MERGE = "application/merge-patch+json"
+
+
+async def apply(
+    api: ApiClient, path: str, body: dict[str, Any], *, field_manager: str, force: bool = True, dry_run: bool = False
+) -> dict[str, Any]:
+    """Server-side apply of ``body`` at ``path`` (an object or its status subresource).
+
+    A ``metadata.resourceVersion`` in the body makes the apply conditional on it (409 otherwise).
+    """
+    query = (
+        [("fieldManager", field_manager)]
+        + ([("force", "true")] if force else [])
+        + ([("dryRun", "All")] if dry_run else [])
+    )
+    return await request(api, "PATCH", path, query=query, body=body, content_type=_APPLY)
+
+
+async def merge_patch(
+    api: ApiClient, path: str, patch: dict[str, Any], *, field_manager: str | None = None
+) -> dict[str, Any]:
+    query = [("fieldManager", field_manager)] if field_manager else []
+    return await request(api, "PATCH", path, query=query, body=patch, content_type=_MERGE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Preconditions:
+    """Delete only the object as it was seen: same uid (not a recreation), same resourceVersion."""
+
+    uid: str
+    resource_version: str | None = None
+
+    def body(self) -> dict[str, str]:
+        return {"uid": self.uid, **({"resourceVersion": self.resource_version} if self.resource_version else {})}
+
+
+async def delete(api: ApiClient, path: str, *, preconditions: Preconditions | None = None) -> bool:
+    """Delete (background propagation); False when it was already gone.
+
+    With ``preconditions`` a different object of the same name raises ConflictError instead.
+    """
+    body: dict[str, Any] = {"propagationPolicy": "Background"}
+    if preconditions is not None:
+        body["preconditions"] = preconditions.body()
+    try:
+        await request(api, "DELETE", path, body=body)
+    except NotFoundError:
+        return False
+    return True
+
+
+async def ensure_namespace(api: ApiClient, name: str) -> None:
+    """Create the namespace unless it exists."""
+    try:
+        await request(
+            api, "POST", NAMESPACES.path(), body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        )
+    except ConflictError:
+        pass
+
+
 async def list_objects(
-    api: client.ApiClient, gvr: Gvr, *, namespace: str | None, label_selector: str | None
+    api: ApiClient, gvr: Gvr, *, namespace: str | None, label_selector: str | None
 ) -> tuple[list[dict[str, Any]], str]:
     """All matching objects as dicts, and the list's resourceVersion to watch from."""
     query = [("labelSelector", label_selector)] if label_selector else []
@@ -194,7 +360,7 @@ async def list_objects(
 
 
 async def watch_objects(
-    api: client.ApiClient,
+    api: ApiClient,
     gvr: Gvr,
     *,
     namespace: str | None,
@@ -221,7 +387,7 @@ async def watch_objects(
                 if line.strip():
                     yield _watch_event(line)
     except _TRANSPORT_ERRORS as exc:
-        raise translate(exc) from exc
+        raise _translate(exc) from exc
     finally:
         response.release()
 
@@ -230,5 +396,40 @@ def _watch_event(line: bytes) -> tuple[str, dict[str, Any]]:
     event = json.loads(line)
     kind, obj = event["type"], event["object"]
     if kind == "ERROR":
-        raise _error(int(obj.get("code") or 0), str(obj.get("message")))
+        raise _answer_error(int(obj.get("code") or 0), str(obj.get("message")))
     return kind, obj
+
+
+async def record_event(
+    api: ApiClient, *, involved: dict[str, Any], type_: str, reason: str, message: str, component: str
+) -> None:
+    """A core/v1 Event about ``involved`` (a full object: apiVersion, kind, metadata), as kubectl describe shows them."""
+    metadata = involved["metadata"]
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    await request(
+        api,
+        "POST",
+        EVENTS.path(metadata["namespace"]),
+        body={
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{metadata['name']}.", "namespace": metadata["namespace"]},
+            "involvedObject": {
+                "apiVersion": involved["apiVersion"],
+                "kind": involved["kind"],
+                "namespace": metadata["namespace"],
+                "name": metadata["name"],
+                "uid": metadata["uid"],
+                "resourceVersion": metadata.get("resourceVersion", ""),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": component},
+            "reportingComponent": component,
+            "reportingInstance": socket.gethostname(),
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        },
+    )

@@ -1,9 +1,9 @@
 """Errors of the event contract.
 
-    ContractError
-     ├── InvalidNameError     a runtime/module name unusable as a subject token
-     ├── InvalidEventError    bytes that are not a valid change event
-     └── EventTooLargeError   a serialised event over MAX_EVENT_BYTES
+ContractError
+ ├── InvalidNameError     a runtime/module name unusable as a subject token
+ ├── InvalidEventError    bytes that are not a valid change event
+ └── EventTooLargeError   a serialised event over MAX_EVENT_BYTES
 """
 
 

@@ -82,9 +82,7 @@ class ChangeEvent(_Strict):
     resource_version: str = Field(min_length=1, max_length=64)
     change_type: ChangeType
     observed_at: AwareDatetime
-    body: dict[str, Any] | None = Field(
-        default=None, description="the object as observed (ignored fields removed)"
-    )
+    body: dict[str, Any] | None = Field(default=None, description="the object as observed (ignored fields removed)")
     reference_only: bool = Field(
         default=False,
         description="the object was too large to carry; consumers read it from the runtime",
@@ -144,9 +142,7 @@ class ChangeEvent(_Strict):
 
     @property
     def subject(self) -> ids.Subject:
-        return subjects.event_subject(
-            module=ids.ModuleName(self.module), runtime=ids.RuntimeId(self.runtime)
-        )
+        return subjects.event_subject(module=ids.ModuleName(self.module), runtime=ids.RuntimeId(self.runtime))
 
     def as_reference(self) -> "ChangeEvent":
         """The same event without its body, for objects too large to carry."""

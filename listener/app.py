@@ -15,7 +15,7 @@ from opentelemetry import trace
 
 from clients import bus
 from contract import errors as contract_errors
-from contract import events
+from contract import events, wire
 from listener import errors, metrics, peer, ratelimit, settings, trust
 from listener import publisher as publisher_mod
 from observability import tracing
@@ -23,7 +23,6 @@ from observability import tracing
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("kyma.listener")
 
-EVENTS_PATH = "/v1/events"
 _READ_CHUNK = 64 * 1024
 
 
@@ -36,6 +35,8 @@ class ListenerState:
     publisher: publisher_mod.JetStreamPublisher
     draining: bool = False
     in_flight: int = 0
+    idle: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    """Set whenever no request is in flight (what a drain waits for)."""
 
 
 STATE = web.AppKey("state", ListenerState)
@@ -71,9 +72,7 @@ async def _accept(request: web.Request, state: ListenerState, span: trace.Span) 
     except contract_errors.InvalidEventError as exc:
         raise errors.BadRequest(str(exc)) from exc
     if event.runtime != runtime:
-        raise errors.Forbidden(
-            f"the certificate of runtime {runtime} cannot send events of runtime {event.runtime}"
-        )
+        raise errors.Forbidden(f"the certificate of runtime {runtime} cannot send events of runtime {event.runtime}")
     if event.module not in state.settings.modules:
         raise errors.UnknownModule(f"unknown module {event.module!r}")
     span.set_attributes({"kyma.module": event.module, "kyma.event_id": event.id})
@@ -107,10 +106,11 @@ def _rejection(rejected: errors.Rejected) -> web.Response:
 async def post_event(request: web.Request) -> web.Response:
     state = request.app[STATE]
     state.in_flight += 1
+    state.idle.clear()
     state.metrics.in_flight.inc()
     try:
         with tracer.start_as_current_span(
-            f"POST {EVENTS_PATH}",
+            f"POST {wire.EVENTS_PATH}",
             context=tracing.extract(request.headers),
             kind=trace.SpanKind.SERVER,
         ) as span:
@@ -127,6 +127,8 @@ async def post_event(request: web.Request) -> web.Response:
             return response
     finally:
         state.in_flight -= 1
+        if not state.in_flight:
+            state.idle.set()
         state.metrics.in_flight.dec()
 
 
@@ -141,7 +143,7 @@ async def _publisher_lifecycle(app: web.Application) -> AsyncIterator[None]:
 def build_event_app(state: ListenerState) -> web.Application:
     app = web.Application(client_max_size=events.MAX_EVENT_BYTES + 1)
     app[STATE] = state
-    app.router.add_post(EVENTS_PATH, post_event)
+    app.router.add_post(wire.EVENTS_PATH, post_event)
     app.cleanup_ctx.append(_publisher_lifecycle)
     return app
 

@@ -21,12 +21,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", required=True, type=Path, help="listener YAML configuration")
     parser.add_argument("--log-level", default="INFO")
-    parser.add_argument(
-        "--trace-exporter", choices=["none", "console"], default="none", help="where spans go"
-    )
-    parser.add_argument(
-        "--check-config", action="store_true", help="validate the configuration and exit"
-    )
+    parser.add_argument("--trace-exporter", choices=["none", "console"], default="none", help="where spans go")
+    parser.add_argument("--check-config", action="store_true", help="validate the configuration and exit")
     return parser
 
 

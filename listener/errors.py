@@ -1,14 +1,14 @@
 """Why a request was refused; each maps to one HTTP status.
 
-    Rejected                      (status, reason, outcome label for metrics)
-     ├── Unauthenticated  401     no client certificate
-     ├── Forbidden        403     untrusted, revoked, expired, or speaking for another runtime
-     ├── PayloadTooLarge  413
-     ├── BadRequest       400     malformed or schema-invalid JSON
-     ├── UnsupportedMedia 415
-     ├── UnknownModule    422
-     ├── RateLimited      429     with Retry-After
-     └── Unavailable      503     NATS cannot take it now; with Retry-After
+Rejected                      (status, reason, outcome label for metrics)
+ ├── Unauthenticated  401     no client certificate
+ ├── Forbidden        403     untrusted, revoked, expired, or speaking for another runtime
+ ├── PayloadTooLarge  413
+ ├── BadRequest       400     malformed or schema-invalid JSON
+ ├── UnsupportedMedia 415
+ ├── UnknownModule    422
+ ├── RateLimited      429     with Retry-After
+ └── Unavailable      503     NATS cannot take it now; with Retry-After
 """
 
 

@@ -24,6 +24,4 @@ class ListenerMetrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
             registry=registry,
         )
-        self.in_flight = Gauge(
-            "kyma_listener_in_flight_requests", "Requests being handled", registry=registry
-        )
+        self.in_flight = Gauge("kyma_listener_in_flight_requests", "Requests being handled", registry=registry)

@@ -2,8 +2,6 @@
 
 import asyncio
 import logging
-from nats.aio.client import Client
-from nats.js import JetStreamContext
 
 from clients import bus
 from kit import aio
@@ -13,16 +11,15 @@ log = logging.getLogger(__name__)
 
 
 class JetStreamPublisher:
-    """Connects (retrying until NATS is there), ensures the stream, publishes with dedup ids."""
+    """Connects (retrying until NATS is there), ensures the streams, publishes with dedup ids."""
 
     def __init__(self, config: settings.NatsSettings) -> None:
         self._config = config
-        self._connection: Client | None = None
-        self._js: JetStreamContext | None = None
+        self._bus: bus.Bus | None = None
 
     @property
     def ready(self) -> bool:
-        return self._js is not None and self._connection is not None and self._connection.is_connected
+        return self._bus is not None and self._bus.is_connected
 
     async def run(self, *, stop: asyncio.Event) -> None:
         while True:
@@ -30,48 +27,41 @@ class JetStreamPublisher:
             if connection is None:
                 return
             try:
-                await self._ensure_stream_until_done(connection.jetstream(), stop=stop)
-                self._connection = connection
-                log.info("connected to NATS", extra={"servers": self._config.servers})
-                await stop.wait()
+                if await self._ensure_streams_until_done(connection, stop=stop):
+                    self._bus = connection
+                    log.info("connected to NATS", extra={"servers": self._config.servers})
+                    await stop.wait()
             finally:
-                self._js = None
-                self._connection = None
+                self._bus = None
                 await connection.close()
 
-    async def _ensure_stream_until_done(self, js: JetStreamContext, *, stop: asyncio.Event) -> None:
+    async def _ensure_streams_until_done(self, connection: bus.Bus, *, stop: asyncio.Event) -> bool:
         while not stop.is_set():
             try:
-                await bus.ensure_stream(js, self._config.stream)
-                self._js = js
-                return
+                await self._ensure_streams(connection)
+                return True
             except bus.BusUnavailableError as exc:
                 log.warning("stream not ready, retrying", extra={"error": str(exc)})
                 await aio.sleep_unless(stop, 1.0)
+        return False
 
-    async def publish(
-        self, *, subject: str, payload: bytes, msg_id: str, headers: dict[str, str]
-    ) -> bus.PublishResult:
-        js = self._js
-        if js is None:
+    async def _ensure_streams(self, connection: bus.Bus) -> None:
+        await connection.ensure_stream(self._config.stream)
+        await connection.ensure_stream(bus.DEAD_LETTERS)
+
+    async def publish(self, *, subject: str, payload: bytes, msg_id: str, headers: dict[str, str]) -> bus.PublishResult:
+        connection = self._bus
+        if connection is None:
             raise bus.BusUnavailableError("not connected to NATS")
+        timeout = self._config.publish_timeout_seconds
         try:
-            return await self._publish(js, subject=subject, payload=payload, msg_id=msg_id, headers=headers)
+            return await connection.publish(
+                subject=subject, payload=payload, msg_id=msg_id, headers=headers, timeout=timeout
+            )
         except bus.NoStreamError:
-            # A NATS server that came back without its store: recreate the stream once, retry.
+            # A NATS server that came back without its store: recreate the streams once, retry.
             log.warning("stream missing, recreating", extra={"stream": self._config.stream.name})
-            await bus.ensure_stream(js, self._config.stream)
-            return await self._publish(js, subject=subject, payload=payload, msg_id=msg_id, headers=headers)
-
-    async def _publish(
-        self, js: JetStreamContext, *, subject: str, payload: bytes, msg_id: str, headers: dict[str, str]
-    ) -> bus.PublishResult:
-        return await bus.publish(
-            js,
-            subject=subject,
-            payload=payload,
-            msg_id=msg_id,
-            headers=headers,
-            timeout=self._config.publish_timeout_seconds,
-        )
-
+            await self._ensure_streams(connection)
+            return await connection.publish(
+                subject=subject, payload=payload, msg_id=msg_id, headers=headers, timeout=timeout
+            )

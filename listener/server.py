@@ -78,10 +78,8 @@ async def _drain(state: app.ListenerState, *, grace: float) -> None:
     cut off; draining happens before it, while the sockets are still fully served.
     """
     state.draining = True
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + grace
-    while state.in_flight and loop.time() < deadline:
-        await asyncio.sleep(0.05)
+    if state.in_flight:
+        await aio.sleep_unless(state.idle, grace)
     if state.in_flight:
         log.warning("grace period over, cutting off requests", extra={"in_flight": state.in_flight})
 
@@ -100,9 +98,7 @@ async def serving(
     state = app.ListenerState(
         settings=config,
         trust=trust.CachedTrust(_load_trust(config.trust)),
-        limiter=ratelimit.RateLimiter(
-            rate=config.rate_limit.events_per_second, burst=config.rate_limit.burst
-        ),
+        limiter=ratelimit.RateLimiter(rate=config.rate_limit.events_per_second, burst=config.rate_limit.burst),
         metrics=metrics.ListenerMetrics(registry or CollectorRegistry()),
         publisher=publisher.JetStreamPublisher(config.nats),
     )
@@ -120,9 +116,7 @@ async def serving(
         name="listener-reload",
     )
     try:
-        await web.TCPSite(
-            events_runner, config.host, config.port, ssl_context=ssl_context, reuse_port=True
-        ).start()
+        await web.TCPSite(events_runner, config.host, config.port, ssl_context=ssl_context, reuse_port=True).start()
         await web.TCPSite(management_runner, config.host, config.management_port).start()
         bound = Bound(
             events_url=_url(events_runner, "https" if ssl_context else "http"),

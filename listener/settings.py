@@ -23,9 +23,7 @@ class ServerTlsSettings(_Section):
 
 
 class TrustSettings(_Section):
-    client_ca_file: Path = Field(
-        description="PEM bundle of runtime CAs; holds old and new CA during a CA rotation"
-    )
+    client_ca_file: Path = Field(description="PEM bundle of runtime CAs; holds old and new CA during a CA rotation")
     crl_file: Path | None = Field(default=None, description="PEM CRLs of those CAs")
     reload_interval_seconds: float = Field(
         default=10, gt=0, description="how often certificate, CA and CRL files are re-read"
@@ -64,9 +62,7 @@ class NatsSettings(_Section):
 class ListenerSettings(_Section):
     host: str = "0.0.0.0"
     port: int = Field(default=8443, ge=0, le=65535, description="event port (mTLS); 0 picks a free one")
-    management_port: int = Field(
-        default=9090, ge=0, le=65535, description="plain-HTTP /healthz, /readyz and /metrics"
-    )
+    management_port: int = Field(default=9090, ge=0, le=65535, description="plain-HTTP /healthz, /readyz and /metrics")
     modules: tuple[ids.ModuleNameField, ...] = Field(
         min_length=1, description="modules events may be routed to; others are refused with 422"
     )

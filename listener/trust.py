@@ -15,9 +15,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from certs import identity, pki
 from contract import ids
 from listener import errors
+from pki import identity, pki
 
 _VERDICT_CACHE_SIZE = 20_000
 
@@ -77,16 +77,10 @@ def _fingerprint(ca: x509.Certificate) -> bytes:
 
 def _load_crls(data: bytes) -> list[x509.CertificateRevocationList]:
     marker = b"-----END X509 CRL-----"
-    return [
-        x509.load_pem_x509_crl(block + marker)
-        for block in data.split(marker)
-        if block.strip()
-    ]
+    return [x509.load_pem_x509_crl(block + marker) for block in data.split(marker) if block.strip()]
 
 
-def _issuer_of(
-    crl: x509.CertificateRevocationList, authorities: tuple[x509.Certificate, ...]
-) -> x509.Certificate:
+def _issuer_of(crl: x509.CertificateRevocationList, authorities: tuple[x509.Certificate, ...]) -> x509.Certificate:
     for ca in authorities:
         if ca.subject == crl.issuer and crl.is_signature_valid(ca.public_key()):  # type: ignore[arg-type]
             return ca

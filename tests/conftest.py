@@ -9,6 +9,7 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import nats
 import pytest
 from kubernetes_asyncio import client
 from nats.aio.client import Client as Nats
@@ -54,9 +55,7 @@ def testbin_binaries() -> testbin.Binaries:
 def landscape(
     tmp_path_factory: pytest.TempPathFactory, testbin_binaries: testbin.Binaries
 ) -> Iterator[landscape_mod.Landscape]:
-    running = landscape_mod.start(
-        workdir=tmp_path_factory.mktemp("landscape"), binaries=testbin_binaries
-    )
+    running = landscape_mod.start(workdir=tmp_path_factory.mktemp("landscape"), binaries=testbin_binaries)
     yield running
     running.stop()
 
@@ -75,7 +74,18 @@ async def skr_api(landscape: landscape_mod.Landscape) -> AsyncIterator[client.Ap
 
 @pytest.fixture
 async def nats_client(landscape: landscape_mod.Landscape) -> AsyncIterator[Nats]:
-    connection = await bus.connect([landscape.nats.url], name="tests")
+    """A plain nats-py connection, for tests that look at JetStream directly."""
+    connection = await nats.connect([landscape.nats.url], name="tests")
+    yield connection
+    await connection.close()
+
+
+@pytest.fixture
+async def event_bus(landscape: landscape_mod.Landscape) -> AsyncIterator[bus.Bus]:
+    """Our own connection, with the event and dead-letter streams in place."""
+    connection = await bus.Bus.connect([landscape.nats.url], name="tests")
+    await connection.ensure_stream(bus.StreamSettings())
+    await connection.ensure_stream(bus.DEAD_LETTERS)
     yield connection
     await connection.close()
 

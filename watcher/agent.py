@@ -11,9 +11,9 @@ import logging
 from pathlib import Path
 
 from aiohttp import web
-from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
+from clients import kube
 from kit import aio
 from observability import endpoints
 from watcher import config, lease, metrics, pipeline
@@ -28,7 +28,7 @@ class Agent:
         self,
         *,
         config_path: Path,
-        api: client.ApiClient,
+        api: kube.ApiClient,
         identity: str,
         registry: CollectorRegistry | None = None,
     ) -> None:

@@ -9,8 +9,6 @@ import json
 import logging
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from clients import kube
@@ -73,41 +71,37 @@ class Checkpoint:
 class CheckpointStore:
     """Reads and writes the checkpoint ConfigMap."""
 
-    def __init__(self, api: client.ApiClient, settings: config.CheckpointSettings) -> None:
-        self._core = client.CoreV1Api(api)
+    def __init__(self, api: kube.ApiClient, settings: config.CheckpointSettings) -> None:
+        self._api = api
         self._settings = settings
+        self._path = kube.CONFIGMAPS.object_path(settings.namespace, settings.config_map)
 
     async def load(self) -> Checkpoint:
+        config_map = await kube.get_or_none(self._api, self._path)
+        if config_map is None:
+            return Checkpoint()
         try:
-            config_map = await self._core.read_namespaced_config_map(
-                self._settings.config_map, self._settings.namespace
-            )
-        except kube.API_ERRORS as exc:
-            if isinstance(exc, ApiException) and exc.status == 404:
-                return Checkpoint()
-            raise kube.translate(exc) from exc
-        try:
-            return Checkpoint.from_json((config_map.data or {}).get(_DATA_KEY, "{}"))
+            return Checkpoint.from_json((config_map.get("data") or {}).get(_DATA_KEY, "{}"))
         except (ValueError, ValidationError) as exc:
             log.error("checkpoint unreadable, starting from a full resync", extra={"error": str(exc)})
             return Checkpoint()
 
     async def save(self, checkpoint: Checkpoint) -> None:
-        body = client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=self._settings.config_map, namespace=self._settings.namespace),
-            data={_DATA_KEY: checkpoint.to_json()},
-        )
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": self._settings.config_map, "namespace": self._settings.namespace},
+            "data": {_DATA_KEY: checkpoint.to_json()},
+        }
         # Cleared before the write: a change recorded while it is in progress marks it dirty again.
         checkpoint.dirty = False
+        # Replaced first and unconditionally: only the leader writes it, every few seconds, so the
+        # steady state is one request; it is created only the first time.
         try:
             try:
-                await self._core.replace_namespaced_config_map(
-                    self._settings.config_map, self._settings.namespace, body
-                )
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-                await self._core.create_namespaced_config_map(self._settings.namespace, body)
-        except kube.API_ERRORS as exc:
+                await kube.request(self._api, "PUT", self._path, body=body)
+            except kube.NotFoundError:
+                await kube.request(self._api, "POST", kube.CONFIGMAPS.path(self._settings.namespace), body=body)
+        except kube.KubeError:
             checkpoint.dirty = True
-            raise kube.translate(exc) from exc
+            raise

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pydantic
-from kubernetes_asyncio import config
 
 from clients import kube
 from kit import aio
@@ -52,12 +51,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     tracing.configure(service_name="kyma-watcher", exporter=args.trace_exporter)
     try:
         asyncio.run(_run(args))
+    except (OSError, kube.KubeconfigError) as exc:  # before ValueError: a KubeconfigError is one
+        print(f"kyma-watcher: {exc}", file=sys.stderr)
+        return 1
     except (ValueError, pydantic.ValidationError) as exc:
         print(f"kyma-watcher: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    except (OSError, config.ConfigException) as exc:
-        print(f"kyma-watcher: {exc}", file=sys.stderr)
-        return 1
     return 0
 
 

@@ -6,7 +6,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clients import kube
-from contract import ids
+from contract import ids, wire
 from kit import files
 
 
@@ -55,9 +55,7 @@ class TlsSettings(_Section):
 
 class DeliverySettings(_Section):
     senders: int = Field(default=4, ge=1, le=64, description="concurrent requests to the listener")
-    queue_size: int = Field(
-        default=10_000, ge=1, description="distinct objects pending; the watch waits when full"
-    )
+    queue_size: int = Field(default=10_000, ge=1, description="distinct objects pending; the watch waits when full")
     request_timeout_seconds: float = Field(default=10, gt=0)
     backoff_initial_seconds: float = Field(default=0.2, gt=0)
     backoff_max_seconds: float = Field(default=30, gt=0)
@@ -92,7 +90,7 @@ class WatcherConfig(_Section):
     tls: TlsSettings
     watches: tuple[WatchSpec, ...] = Field(min_length=1)
     ignore_field_managers: tuple[str, ...] = Field(
-        default=("kyma-sync-reconciler",),
+        default=(wire.RECONCILER_FIELD_MANAGER,),
         description="writes by these field managers (our reconcilers) are not reported",
     )
     paused: bool = Field(default=False, description="report nothing from this runtime")
@@ -101,7 +99,10 @@ class WatcherConfig(_Section):
     lease: LeaseSettings = LeaseSettings()
     checkpoint: CheckpointSettings = CheckpointSettings()
     management_port: int | None = Field(
-        default=9091, ge=0, le=65535, description="/healthz /readyz /metrics; none: no endpoint (many agents in one process)"
+        default=9091,
+        ge=0,
+        le=65535,
+        description="/healthz /readyz /metrics; none: no endpoint (many agents in one process)",
     )
     watch_timeout_seconds: int = Field(default=300, ge=5, description="server-side watch timeout")
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import aiohttp
 from opentelemetry import trace
 
-from contract import events
+from contract import events, wire
 from kit import aio
 from observability import tracing
 from watcher import config, metrics
@@ -61,7 +61,7 @@ class ClientTls:
 
 class Delivery:
     def __init__(self, settings: config.WatcherConfig, watcher_metrics: metrics.WatcherMetrics) -> None:
-        self._endpoints = [f"{e.url.rstrip('/')}/v1/events" for e in settings.listeners]
+        self._endpoints = [f"{e.url.rstrip('/')}{wire.EVENTS_PATH}" for e in settings.listeners]
         self._active = 0
         self._settings = settings.delivery
         self._tls = ClientTls(settings.tls)
@@ -92,7 +92,9 @@ class Delivery:
         superseded: Callable[[], bool],
     ) -> Outcome:
         """Send until delivered, refused as invalid, replaced by a newer change, or stopped."""
-        backoff = aio.Backoff(initial=self._settings.backoff_initial_seconds, maximum=self._settings.backoff_max_seconds)
+        backoff = aio.Backoff(
+            initial=self._settings.backoff_initial_seconds, maximum=self._settings.backoff_max_seconds
+        )
         while not stop.is_set():
             wait = await self._attempt(event, payload)
             if wait is None:
@@ -121,7 +123,7 @@ class Delivery:
                     status = response.status
                     reason = (await response.text())[:500]
                     retry_after = response.headers.get("Retry-After", "")
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ssl.SSLError) as exc:
+            except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
                 log.warning("listener unreachable", extra={"url": url, "error": repr(exc)})
                 self._fail_over()
                 return 0.0

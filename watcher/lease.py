@@ -13,9 +13,6 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from clients import kube
 from kit import aio
 from watcher import config
@@ -24,15 +21,23 @@ log = logging.getLogger(__name__)
 
 Lead = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 
+LEASES = kube.Gvr("coordination.k8s.io", "v1", "leases")
+
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+def _micro_time(moment: datetime.datetime) -> str:
+    """A MicroTime as the apiserver writes it: UTC, always six fractional digits."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 class LeaderElector:
-    def __init__(self, api: client.ApiClient, settings: config.LeaseSettings, *, identity: str) -> None:
-        self._api = client.CoordinationV1Api(api)
+    def __init__(self, api: kube.ApiClient, settings: config.LeaseSettings, *, identity: str) -> None:
+        self._api = api
         self._settings = settings
+        self._path = LEASES.object_path(settings.namespace, settings.name)
         self.identity = identity
         self.leading = False
 
@@ -57,56 +62,59 @@ class LeaderElector:
             else:
                 log.warning("lost leadership", extra={"identity": self.identity})
 
-    async def _read(self) -> client.V1Lease | None:
-        try:
-            return await self._api.read_namespaced_lease(self._settings.name, self._settings.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+    async def _read(self) -> dict[str, Any] | None:
+        return await kube.get_or_none(self._api, self._path)
 
-    def _spec(self, *, acquired: datetime.datetime, transitions: int) -> client.V1LeaseSpec:
-        return client.V1LeaseSpec(
-            holder_identity=self.identity,
-            lease_duration_seconds=max(1, round(self._settings.duration_seconds)),
-            acquire_time=acquired,
-            renew_time=_now(),
-            lease_transitions=transitions,
-        )
+    async def _replace(self, lease: dict[str, Any]) -> None:
+        """Write ``lease`` back as read: its resourceVersion makes a concurrent writer's change a 409."""
+        await kube.request(self._api, "PUT", self._path, body=lease)
+
+    def _spec(self, *, acquired: str, transitions: int) -> dict[str, Any]:
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, round(self._settings.duration_seconds)),
+            "acquireTime": acquired,
+            "renewTime": _micro_time(_now()),
+            "leaseTransitions": transitions,
+        }
 
     async def _try_acquire(self) -> bool:
         try:
             lease = await self._read()
             if lease is None:
-                await self._api.create_namespaced_lease(
-                    self._settings.namespace,
-                    client.V1Lease(
-                        metadata=client.V1ObjectMeta(name=self._settings.name, namespace=self._settings.namespace),
-                        spec=self._spec(acquired=_now(), transitions=0),
-                    ),
+                await kube.request(
+                    self._api,
+                    "POST",
+                    LEASES.path(self._settings.namespace),
+                    body={
+                        "apiVersion": LEASES.api_version,
+                        "kind": "Lease",
+                        "metadata": {"name": self._settings.name, "namespace": self._settings.namespace},
+                        "spec": self._spec(acquired=_micro_time(_now()), transitions=0),
+                    },
                 )
                 return True
-            spec = lease.spec
-            holder = spec.holder_identity
+            spec = lease.get("spec") or {}
+            holder = spec.get("holderIdentity")
             if holder and holder != self.identity and not self._expired(spec):
                 return False
-            transitions = (spec.lease_transitions or 0) + (holder != self.identity)
-            lease.spec = self._spec(
-                acquired=spec.acquire_time if holder == self.identity else _now(), transitions=transitions
-            )
-            await self._api.replace_namespaced_lease(self._settings.name, self._settings.namespace, lease)
+            transitions = (spec.get("leaseTransitions") or 0) + (holder != self.identity)
+            acquired = spec.get("acquireTime") if holder == self.identity else None
+            lease["spec"] = self._spec(acquired=acquired or _micro_time(_now()), transitions=transitions)
+            await self._replace(lease)
             return True
-        except kube.API_ERRORS as exc:
-            error = kube.translate(exc)
-            if error.status not in (409, 404):
-                log.warning("lease unavailable", extra={"status": error.status, "reason": error.reason})
+        except kube.KubeError as exc:
+            if not isinstance(exc, (kube.ConflictError, kube.NotFoundError)):
+                log.warning("lease unavailable", extra={"status": exc.status, "reason": exc.reason})
             return False
 
     @staticmethod
-    def _expired(spec: client.V1LeaseSpec) -> bool:
-        if spec.renew_time is None:
+    def _expired(spec: dict[str, Any]) -> bool:
+        renewed = spec.get("renewTime")
+        if renewed is None:
             return True
-        return spec.renew_time + datetime.timedelta(seconds=spec.lease_duration_seconds or 0) < _now()
+        duration = datetime.timedelta(seconds=spec.get("leaseDurationSeconds") or 0)
+        return datetime.datetime.fromisoformat(renewed) + duration < _now()
 
     async def _renew_until_lost(self, stop: asyncio.Event) -> None:
         # Give up strictly before the lease can expire, so two leaders never overlap.
@@ -123,29 +131,35 @@ class LeaderElector:
             if silent > self._settings.duration_seconds - deadline_margin:
                 return
 
+    def _held(self, lease: dict[str, Any] | None) -> bool:
+        return lease is not None and (lease.get("spec") or {}).get("holderIdentity") == self.identity
+
     async def _renew(self) -> bool | None:
         """True when renewed, False when it failed for now, None when someone else holds it."""
         try:
             lease = await self._read()
-            if lease is None or lease.spec.holder_identity != self.identity:
+            if lease is None or not self._held(lease):
                 return None
-            lease.spec.renew_time = _now()
-            await self._api.replace_namespaced_lease(self._settings.name, self._settings.namespace, lease)
+            lease["spec"]["renewTime"] = _micro_time(_now())
+            await self._replace(lease)
             return True
-        except kube.API_ERRORS as exc:
+        except kube.KubeError as exc:
             log.warning("lease renewal failed", extra={"error": repr(exc)})
             return False
 
     async def _release(self) -> None:
         try:
             lease = await self._read()
-            if lease is None or lease.spec.holder_identity != self.identity:
+            if lease is None or not self._held(lease):
                 return
             # client-go's release: no holder, so the next candidate need not wait out the duration.
-            lease.spec = client.V1LeaseSpec(
-                lease_duration_seconds=1, lease_transitions=lease.spec.lease_transitions
-            )
-            await self._api.replace_namespaced_lease(self._settings.name, self._settings.namespace, lease)
+            released: dict[str, Any] = {"leaseDurationSeconds": 1}
+            if lease["spec"].get("leaseTransitions") is not None:
+                released["leaseTransitions"] = lease["spec"]["leaseTransitions"]
+            lease["spec"] = released
+            await self._replace(lease)
             log.info("released leadership", extra={"identity": self.identity})
-        except kube.API_ERRORS as exc:
-            log.warning("lease release failed; a follower takes over after the lease expires", extra={"error": repr(exc)})
+        except kube.KubeError as exc:
+            log.warning(
+                "lease release failed; a follower takes over after the lease expires", extra={"error": repr(exc)}
+            )

@@ -7,10 +7,10 @@ class WatcherMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self.seen = Counter("kyma_watcher_events_seen", "Changes observed", ["module"], registry=registry)
-        self.sent = Counter("kyma_watcher_events_sent", "Events accepted by the listener", ["module"], registry=registry)
-        self.noise = Counter(
-            "kyma_watcher_events_noise", "Changes dropped as noise", ["reason"], registry=registry
+        self.sent = Counter(
+            "kyma_watcher_events_sent", "Events accepted by the listener", ["module"], registry=registry
         )
+        self.noise = Counter("kyma_watcher_events_noise", "Changes dropped as noise", ["reason"], registry=registry)
         self.rejected = Counter(
             "kyma_watcher_events_rejected", "Events the listener refused as invalid", ["status"], registry=registry
         )
@@ -19,7 +19,8 @@ class WatcherMetrics:
             "kyma_watcher_events_reference_only", "Objects too large, sent as references", registry=registry
         )
         self.relists = Counter(
-            "kyma_watcher_relists", "Full lists of a watched resource (start, leader change, 410 Gone)",
+            "kyma_watcher_relists",
+            "Full lists of a watched resource (start, leader change, 410 Gone)",
             registry=registry,
         )
         self.queue_depth = Gauge("kyma_watcher_queue_depth", "Objects pending or in flight", registry=registry)

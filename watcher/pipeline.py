@@ -1,9 +1,8 @@
 """The leader's work: sources feed the queue, senders drain it, the checkpoint follows deliveries."""
 
 import asyncio
+import functools
 import logging
-
-from kubernetes_asyncio import client
 
 from clients import kube
 from contract import ids
@@ -19,7 +18,7 @@ async def _load_checkpoint(store: checkpoint.CheckpointStore, *, stop: asyncio.E
     while not stop.is_set():
         try:
             return await store.load()
-        except kube.KubeAPIError as exc:
+        except kube.KubeError as exc:
             log.warning("cannot read the checkpoint yet", extra={"error": str(exc)})
             await aio.sleep_unless(stop, backoff.delay())
     return None
@@ -37,7 +36,7 @@ async def _send(
         item = await queue.get()
         try:
             outcome = await sender.deliver(
-                item.event, item.payload, stop=stop, superseded=lambda: queue.superseded(item)
+                item.event, item.payload, stop=stop, superseded=functools.partial(queue.superseded, item)
             )
             if outcome == delivery.Outcome.DELIVERED:
                 watcher_metrics.sent.labels(item.event.module).inc()
@@ -56,7 +55,7 @@ async def _keep_checkpoint(
         if state.dirty:
             try:
                 await store.save(state)
-            except kube.KubeAPIError as exc:
+            except kube.KubeError as exc:
                 log.warning("checkpoint not saved, retrying", extra={"error": str(exc)})
         if stopping:
             return
@@ -64,7 +63,7 @@ async def _keep_checkpoint(
 
 async def run(
     *,
-    api: client.ApiClient,
+    api: kube.ApiClient,
     settings: config.WatcherConfig,
     watcher_metrics: metrics.WatcherMetrics,
     stop: asyncio.Event,
@@ -96,15 +95,15 @@ async def run(
     ]
     try:
         async with asyncio.TaskGroup() as group:
-            group.create_task(
-                _keep_checkpoint(store, state, interval=settings.checkpoint.interval_seconds, stop=stop)
-            )
+            group.create_task(_keep_checkpoint(store, state, interval=settings.checkpoint.interval_seconds, stop=stop))
             for s in sources:
                 group.create_task(s.run(stop=stop))
             for _ in range(settings.delivery.senders):
                 # Senders block in the queue: they are cancelled on stop, not asked.
-                group.create_task(aio.run_until(
-                    stop, _send(queue=queue, sender=sender, state=state, watcher_metrics=watcher_metrics, stop=stop)
-                ))
+                group.create_task(
+                    aio.run_until(
+                        stop, _send(queue=queue, sender=sender, state=state, watcher_metrics=watcher_metrics, stop=stop)
+                    )
+                )
     finally:
         await sender.close()

@@ -11,10 +11,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes_asyncio import client
 from opentelemetry import trace
 
-from clients import informer
+from clients import informer, kube
 from contract import errors as contract_errors
 from contract import events, ids
 from observability import tracing
@@ -31,7 +30,7 @@ class Source:
     def __init__(
         self,
         *,
-        api: client.ApiClient,
+        api: kube.ApiClient,
         spec: config.WatchSpec,
         namespace: str | None,
         runtime: ids.RuntimeId,
@@ -90,9 +89,7 @@ class Source:
     def _in_scope(self, namespace: str | None) -> bool:
         return self._namespace is None or namespace == self._namespace
 
-    async def _observe(
-        self, change_type: events.ChangeType, obj: dict[str, Any], *, tombstone: bool = False
-    ) -> None:
+    async def _observe(self, change_type: events.ChangeType, obj: dict[str, Any], *, tombstone: bool = False) -> None:
         uid = obj["metadata"]["uid"]
         self._metrics.seen.labels(self._spec.module).inc()
         verdict, seen = self._noise.classify(change_type, obj, self._seen.get(uid))

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from certs import cli, identity
+from certs import cli
+from pki import identity
 
 
 def test_init_issue_revoke_rotate_on_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

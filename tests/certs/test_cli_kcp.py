@@ -20,10 +20,22 @@ def test_secret_store_issue_to_runtime_and_kubeconfig(
     landscape: landscape_mod.Landscape, registered_runtimes: list[str], tmp_path: Path
 ) -> None:
     """init-ca into a KCP Secret, a certificate into the runtime, a module kubeconfig into KCP."""
-    kcp = ["--kcp-kubeconfig", str(landscape.kcp.admin_kubeconfig_path), "--store-secret", "kcp-system/kyma-sync-ca-cli"]
+    kcp = [
+        "--kcp-kubeconfig",
+        str(landscape.kcp.admin_kubeconfig_path),
+        "--store-secret",
+        "kcp-system/kyma-sync-ca-cli",
+    ]
     access_file = tmp_path / "access.yaml"
-    access_file.write_text(yaml.safe_dump({"modules": {"keda": {"clusterRules": [
-        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]}]}}}))
+    access_file.write_text(
+        yaml.safe_dump(
+            {
+                "modules": {
+                    "keda": {"clusterRules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]}]}
+                }
+            }
+        )
+    )
     steps = [
         kyma_certs(*kcp, "init-ca", "--force"),
         kyma_certs(*kcp, "issue", "skr-1", "--to-runtime"),
@@ -41,7 +53,12 @@ def test_unknown_runtime_and_module_are_named(
     landscape: landscape_mod.Landscape, registered_runtimes: list[str], tmp_path: Path
 ) -> None:
     """Asking for a runtime or module that does not exist fails with exit 1 and says which."""
-    kcp = ["--kcp-kubeconfig", str(landscape.kcp.admin_kubeconfig_path), "--store-secret", "kcp-system/kyma-sync-ca-cli2"]
+    kcp = [
+        "--kcp-kubeconfig",
+        str(landscape.kcp.admin_kubeconfig_path),
+        "--store-secret",
+        "kcp-system/kyma-sync-ca-cli2",
+    ]
     assert kyma_certs(*kcp, "init-ca", "--force").returncode == 0
     missing = kyma_certs(*kcp, "issue", "skr-404", "--to-runtime")
     assert missing.returncode == 1 and "skr-404" in missing.stderr

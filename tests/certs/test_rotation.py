@@ -8,30 +8,31 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
-from certs import authority, pki, rotation, stores
+from certs import rotation, stores
+from clients import kube
 from contract import events
 from devenv import landscape as landscape_mod
 from listener import server, settings
+from pki import authority, pki
 
 from ..listener.conftest import make_event, post, wait_ready
 
 pytestmark = pytest.mark.integration
 
 
-async def runtime_certificate(api: client.ApiClient) -> pki.KeyPair:
-    secret = await client.CoreV1Api(api).read_namespaced_secret(
-        rotation.RUNTIME_SECRET_NAME, rotation.RUNTIME_SECRET_NAMESPACE
+async def runtime_certificate(api: kube.ApiClient) -> pki.KeyPair:
+    secret = await kube.request(
+        api, "GET", kube.SECRETS.object_path(rotation.RUNTIME_SECRET_NAMESPACE, rotation.RUNTIME_SECRET_NAME)
     )
     return pki.KeyPair.from_pem(
-        cert_pem=base64.b64decode(secret.data["tls.crt"]), key_pem=base64.b64decode(secret.data["tls.key"])
+        cert_pem=base64.b64decode(secret["data"]["tls.crt"]), key_pem=base64.b64decode(secret["data"]["tls.key"])
     )
 
 
 async def test_rotation_delivers_then_renews_only_what_is_due(
-    kcp_api: client.ApiClient, skr_api: client.ApiClient, registered_runtimes: list[str], tmp_path: Path
+    kcp_api: kube.ApiClient, skr_api: kube.ApiClient, registered_runtimes: list[str], tmp_path: Path
 ) -> None:
     """First pass writes every runtime's Secret; a second renews nothing; after a CA rotation all are re-issued."""
     store = stores.DirectoryStore(tmp_path / "ca")
@@ -61,13 +62,21 @@ async def test_listener_accepts_a_renewed_certificate_and_refuses_an_expired_one
     serving = ca.issue_server(["127.0.0.1"], lifetime=datetime.timedelta(hours=1))
     (tmp_path / "srv.crt").write_bytes(serving.cert_pem)
     (tmp_path / "srv.key").write_bytes(serving.key_pem)
-    config = settings.ListenerSettings.model_validate({
-        "host": "127.0.0.1", "port": 0, "management_port": 0, "modules": ["cloud-manager"],
-        "tls": {"cert_file": tmp_path / "srv.crt", "key_file": tmp_path / "srv.key"},
-        "trust": {"client_ca_file": store.directory / authority.BUNDLE, "crl_file": store.directory / authority.CRL,
-                  "reload_interval_seconds": 0.2},
-        "nats": {"servers": [landscape.nats.url]},
-    })
+    config = settings.ListenerSettings.model_validate(
+        {
+            "host": "127.0.0.1",
+            "port": 0,
+            "management_port": 0,
+            "modules": ["cloud-manager"],
+            "tls": {"cert_file": tmp_path / "srv.crt", "key_file": tmp_path / "srv.key"},
+            "trust": {
+                "client_ca_file": store.directory / authority.BUNDLE,
+                "crl_file": store.directory / authority.CRL,
+                "reload_interval_seconds": 0.2,
+            },
+            "nats": {"servers": [landscape.nats.url]},
+        }
+    )
 
     def context(pair: pki.KeyPair) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cadata=ca.to_files()[authority.BUNDLE].decode())

@@ -3,7 +3,6 @@
 import uuid
 
 import pytest
-from kubernetes_asyncio import client
 
 from clients import kube
 
@@ -12,23 +11,30 @@ pytestmark = pytest.mark.integration
 CONFIGMAPS = kube.Gvr("", "v1", "configmaps")
 
 
-async def test_list_of_an_unknown_resource_raises_not_found(skr_api: client.ApiClient) -> None:
+async def test_list_of_an_unknown_resource_raises_not_found(skr_api: kube.ApiClient) -> None:
     """A 404 answer to a list is NotFoundError, not an empty list."""
     with pytest.raises(kube.NotFoundError):
-        await kube.list_objects(skr_api, kube.Gvr("nope.example.com", "v1", "things"), namespace=None, label_selector=None)
+        await kube.list_objects(
+            skr_api, kube.Gvr("nope.example.com", "v1", "things"), namespace=None, label_selector=None
+        )
 
 
-async def test_watch_refused_by_the_apiserver_raises_instead_of_ending(skr_api: client.ApiClient) -> None:
-    """A watch the apiserver answers with an error status raises KubeAPIError with that status."""
-    with pytest.raises(kube.KubeAPIError) as raised:
+async def test_watch_refused_by_the_apiserver_raises_instead_of_ending(skr_api: kube.ApiClient) -> None:
+    """A watch the apiserver answers with an error status raises KubeError with that status."""
+    with pytest.raises(kube.KubeError) as raised:
         async for _ in kube.watch_objects(
-            skr_api, CONFIGMAPS, namespace="default", label_selector=None, resource_version="not-a-number", timeout_seconds=5
+            skr_api,
+            CONFIGMAPS,
+            namespace="default",
+            label_selector=None,
+            resource_version="not-a-number",
+            timeout_seconds=5,
         ):
             pass
     assert raised.value.status in (400, 410, 500)
 
 
-async def test_request_creates_and_conflicts(skr_api: client.ApiClient) -> None:
+async def test_request_creates_and_conflicts(skr_api: kube.ApiClient) -> None:
     """request() returns the created object; creating it again is ConflictError."""
     name = f"req-{uuid.uuid4().hex[:6]}"
     body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "1"}}
@@ -38,3 +44,46 @@ async def test_request_creates_and_conflicts(skr_api: client.ApiClient) -> None:
         await kube.request(skr_api, "POST", CONFIGMAPS.path("default"), body=body)
     items, _ = await kube.list_objects(skr_api, CONFIGMAPS, namespace="default", label_selector=None)
     assert any(i["metadata"]["name"] == name and i["kind"] == "ConfigMap" for i in items)
+
+
+async def test_apply_with_a_stale_resource_version_is_a_conflict(skr_api: kube.ApiClient) -> None:
+    """A resourceVersion in a server-side apply makes it conditional: a changed object is not overwritten."""
+    name = f"cond-{uuid.uuid4().hex[:6]}"
+    path = CONFIGMAPS.object_path("default", name)
+    created = await kube.request(
+        skr_api, "POST", CONFIGMAPS.path("default"), body={"metadata": {"name": name}, "data": {"a": "1"}}
+    )
+    await kube.merge_patch(skr_api, path, {"data": {"a": "2"}})
+    stale = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "data": {"a": "mine"},
+        "metadata": {"name": name, "namespace": "default", "resourceVersion": created["metadata"]["resourceVersion"]},
+    }
+    with pytest.raises(kube.ConflictError):
+        await kube.apply(skr_api, path, stale, field_manager="test")
+    assert (await kube.request(skr_api, "GET", path))["data"] == {"a": "2"}
+
+
+async def test_delete_with_preconditions_spares_a_recreated_object(skr_api: kube.ApiClient) -> None:
+    """Preconditions of the object as seen: a same-named recreation is a conflict, not a deletion."""
+    name = f"pre-{uuid.uuid4().hex[:6]}"
+    path = CONFIGMAPS.object_path("default", name)
+    first = await kube.request(skr_api, "POST", CONFIGMAPS.path("default"), body={"metadata": {"name": name}})
+    assert await kube.delete(skr_api, path)
+    await kube.request(skr_api, "POST", CONFIGMAPS.path("default"), body={"metadata": {"name": name}})
+    with pytest.raises(kube.ConflictError):
+        await kube.delete(skr_api, path, preconditions=kube.Preconditions(uid=first["metadata"]["uid"]))
+    assert await kube.get_or_none(skr_api, path) is not None
+    assert not await kube.delete(skr_api, CONFIGMAPS.object_path("default", f"{name}-never"))
+
+
+@pytest.mark.parametrize("name", ["../secrets/x", "a/b", "..", "%2e%2e"])
+def test_object_paths_quote_every_segment(name: str) -> None:
+    """A name becomes exactly one path segment (or is refused)."""
+    try:
+        path = CONFIGMAPS.object_path("default", name)
+    except ValueError:
+        return
+    assert path.count("/") == CONFIGMAPS.path("default").count("/") + 1
+    assert not path.endswith(("/..", "/."))

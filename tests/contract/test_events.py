@@ -69,7 +69,7 @@ def test_tampered_id_is_rejected() -> None:
     """An id that does not match the content is refused: ids cannot be forged to drop events."""
     document = json.loads(events.encode(make_event()))
     document["event_id"] = "0" * 32
-    with pytest.raises(errors.InvalidEventError, match="event_id .* does not match"):
+    with pytest.raises(errors.InvalidEventError, match=r"event_id .* does not match"):
         events.decode(json.dumps(document).encode())
 
 

@@ -2,7 +2,6 @@
 
 import asyncio
 import dataclasses
-import datetime
 import ssl
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -12,10 +11,10 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
-from certs import pki
 from contract import events, ids
 from devenv import landscape as landscape_mod
 from listener import server, settings
+from pki import pki
 
 MODULES = ("cloud-manager", "btp-operator")
 
@@ -79,9 +78,7 @@ def listener_config(runtime_pki: Pki) -> ConfigFactory:
 
 
 @pytest.fixture
-async def listener(
-    landscape: landscape_mod.Landscape, listener_config: ConfigFactory
-) -> AsyncIterator[server.Bound]:
+async def listener(landscape: landscape_mod.Landscape, listener_config: ConfigFactory) -> AsyncIterator[server.Bound]:
     async with server.serving(listener_config(landscape.nats.url), registry=CollectorRegistry()) as bound:
         await wait_ready(bound)
         yield bound
@@ -98,13 +95,20 @@ async def wait_ready(bound: server.Bound, *, timeout: float = 15) -> None:
     raise AssertionError("listener did not become ready")
 
 
-def make_event(runtime: str = "skr-1", *, module: str = "cloud-manager", rv: str = "1", uid: str = "uid-1") -> events.ChangeEvent:
+def make_event(
+    runtime: str = "skr-1", *, module: str = "cloud-manager", rv: str = "1", uid: str = "uid-1"
+) -> events.ChangeEvent:
     return events.ChangeEvent.create(
         runtime=ids.runtime_id(runtime),
         module=ids.module_name(module),
         target=events.WatchedObject(
-            group="cloud-resources.kyma-project.io", version="v1beta1", resource="vpcpeerings",
-            kind="VpcPeering", namespace="default", name="peer", uid=uid,
+            group="cloud-resources.kyma-project.io",
+            version="v1beta1",
+            resource="vpcpeerings",
+            kind="VpcPeering",
+            namespace="default",
+            name="peer",
+            uid=uid,
         ),
         resource_version=rv,
         change_type=events.ChangeType.ADDED,
@@ -126,12 +130,14 @@ async def post(
     *,
     headers: dict[str, str] | None = None,
 ) -> Reply:
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
             f"{url}/v1/events",
             data=data,
             ssl=context if context is not None else False,
             headers={"Content-Type": "application/json", **(headers or {})},
-        ) as response:
-            body = await response.json(content_type=None)
-            return Reply(response.status, body, dict(response.headers))
+        ) as response,
+    ):
+        body = await response.json(content_type=None)
+        return Reply(response.status, body, dict(response.headers))

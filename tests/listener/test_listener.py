@@ -2,23 +2,23 @@
 
 import asyncio
 import datetime
-import json
 import urllib.parse
 from collections.abc import AsyncIterator
 
 import aiohttp
+import nats
 import nats.errors
 import pytest
 from nats.aio.client import Client as Nats
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from certs import pki
 from clients import bus
 from contract import events
 from devenv import landscape as landscape_mod
 from devenv import nats as nats_mod
 from listener import server
+from pki import pki
 
 from .conftest import ConfigFactory, Pki, make_event, post, wait_ready
 
@@ -60,7 +60,9 @@ async def test_certificate_of_another_runtime_is_forbidden(
 ) -> None:
     """skr-2's certificate cannot post skr-1's event: 403 and nothing published."""
     event = make_event("skr-1", uid="impersonation")
-    reply = await post(listener.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-2")), events.encode(event))
+    reply = await post(
+        listener.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-2")), events.encode(event)
+    )
     assert reply.status == 403
     assert "runtime skr-2 cannot send events of runtime skr-1" in reply.body["error"]
     assert await stored_copies(nats_client, event) == 0
@@ -72,7 +74,8 @@ async def test_certificate_of_another_runtime_is_forbidden(
         pytest.param(lambda p: pki.runtime_client_cert(pki.create_ca("rogue-ca"), "skr-1"), id="foreign-ca"),
         pytest.param(
             lambda p: p.runtime_cert(
-                "skr-1", lifetime=datetime.timedelta(hours=1),
+                "skr-1",
+                lifetime=datetime.timedelta(hours=1),
                 not_before=datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=2),
             ),
             id="expired",
@@ -102,17 +105,23 @@ async def test_revoked_certificate_is_refused_after_crl_reload(
     doomed, healthy = runtime_pki.runtime_cert("skr-1"), runtime_pki.runtime_cert("skr-1")
     async with server.serving(config, registry=CollectorRegistry()) as bound:
         await wait_ready(bound)
-        before = await post(bound.events_url, runtime_pki.client_context(doomed), events.encode(make_event(uid="rev-0")))
+        before = await post(
+            bound.events_url, runtime_pki.client_context(doomed), events.encode(make_event(uid="rev-0"))
+        )
         assert before.status == 202
         crl_file.write_bytes(pki.crl_pem(pki.build_crl(runtime_pki.runtime_ca, [doomed.certificate.serial_number])))
         deadline = asyncio.get_running_loop().time() + 10
         while True:
-            reply = await post(bound.events_url, runtime_pki.client_context(doomed), events.encode(make_event(uid="rev-1")))
+            reply = await post(
+                bound.events_url, runtime_pki.client_context(doomed), events.encode(make_event(uid="rev-1"))
+            )
             if reply.status == 403 or asyncio.get_running_loop().time() > deadline:
                 break
             await asyncio.sleep(0.1)
         assert reply.status == 403 and "revoked" in reply.body["error"]
-        still = await post(bound.events_url, runtime_pki.client_context(healthy), events.encode(make_event(uid="rev-2")))
+        still = await post(
+            bound.events_url, runtime_pki.client_context(healthy), events.encode(make_event(uid="rev-2"))
+        )
         assert still.status == 202
 
 
@@ -137,7 +146,9 @@ async def test_bad_input_is_refused_with_a_clear_message(
 ) -> None:
     """Malformed, invalid, oversize and non-JSON bodies get 4xx with the reason; nothing is published."""
     reply = await post(
-        listener.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")), body,
+        listener.events_url,
+        runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")),
+        body,
         headers={"Content-Type": content_type},
     )
     assert reply.status == status
@@ -158,7 +169,9 @@ async def test_oversize_chunked_body_is_cut_off(listener: server.Bound, runtime_
 async def test_unknown_module_is_unprocessable(listener: server.Bound, runtime_pki: Pki, nats_client: Nats) -> None:
     """An event routed to a module the listener does not know gets 422."""
     event = make_event(module="no-such-module")
-    reply = await post(listener.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")), events.encode(event))
+    reply = await post(
+        listener.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")), events.encode(event)
+    )
     assert reply.status == 422 and "no-such-module" in reply.body["error"]
 
 
@@ -171,12 +184,12 @@ async def test_runtime_over_its_rate_gets_429(
         await wait_ready(bound)
         noisy = runtime_pki.client_context(runtime_pki.runtime_cert("skr-1"))
         statuses = [
-            (await post(bound.events_url, noisy, events.encode(make_event(uid=f"rl-{n}")))).status
-            for n in range(3)
+            (await post(bound.events_url, noisy, events.encode(make_event(uid=f"rl-{n}")))).status for n in range(3)
         ]
         limited = await post(bound.events_url, noisy, events.encode(make_event(uid="rl-x")))
         quiet = await post(
-            bound.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-2")),
+            bound.events_url,
+            runtime_pki.client_context(runtime_pki.runtime_cert("skr-2")),
             events.encode(make_event("skr-2", uid="rl-q")),
         )
     assert statuses == [202, 202, 429]
@@ -203,7 +216,7 @@ async def test_nats_outage_gives_503_then_deliveries_resume(
             assert asyncio.get_running_loop().time() < deadline, "deliveries did not resume"
             await asyncio.sleep(0.2)
         assert reply.status == 202
-    connection = await bus.connect([private_nats.url], name="check")
+    connection = await nats.connect([private_nats.url], name="check")
     try:
         info = await connection.jetstream().stream_info(STREAM, subjects_filter=during.subject)
         assert info.state.messages == 2
@@ -218,7 +231,9 @@ async def test_trace_context_is_carried_into_nats_headers(
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     event = make_event(uid="traced")
     reply = await post(
-        listener.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")), events.encode(event),
+        listener.events_url,
+        runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")),
+        events.encode(event),
         headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"},
     )
     assert reply.status == 202
@@ -251,7 +266,9 @@ async def test_proxy_mode_trusts_forwarded_certificates_only_from_trusted_proxie
     assert accepted.status == 202
     assert missing.status == 401
     assert forged.status == 403
-    untrusted = listener_config(landscape.nats.url, tls=None, proxy={"enabled": True, "trusted_proxies": ["10.0.0.0/8"]})
+    untrusted = listener_config(
+        landscape.nats.url, tls=None, proxy={"enabled": True, "trusted_proxies": ["10.0.0.0/8"]}
+    )
     async with server.serving(untrusted, registry=CollectorRegistry()) as bound:
         await wait_ready(bound)
         refused = await post(bound.events_url, None, body, headers={header: forwarded})
@@ -306,8 +323,7 @@ async def test_metrics_count_outcomes(listener: server.Bound, runtime_pki: Pki) 
     context = runtime_pki.client_context(runtime_pki.runtime_cert("skr-1"))
     await post(listener.events_url, context, events.encode(make_event(uid="metric")))
     await post(listener.events_url, context, b"{bad")
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"{listener.management_url}/metrics") as response:
-            text = await response.text()
+    async with aiohttp.ClientSession() as session, session.get(f"{listener.management_url}/metrics") as response:
+        text = await response.text()
     assert 'kyma_listener_requests_total{outcome="accepted"} 1.0' in text
     assert 'kyma_listener_requests_total{outcome="invalid"} 1.0' in text

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp import web
-from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
-from certs import pki
+from clients import kube
 from contract import events
 from devenv import landscape as landscape_mod
 from devenv import net
+from pki import pki
 from watcher import agent as agent_mod
 
 SELECTOR_LABEL = "kyma-project.io/watched"
@@ -58,8 +58,7 @@ class Runtime:
 
     namespace: str
     directory: Path
-    api: client.ApiClient
-    core: client.CoreV1Api
+    api: kube.ApiClient
     listener: RecordingListener
     tls: dict[str, str]
 
@@ -91,21 +90,31 @@ class Runtime:
         path.write_text(yaml.safe_dump(document))
         return path
 
-    async def create(self, name: str, data: dict[str, str], *, labelled: bool = True) -> client.V1ConfigMap:
+    async def create(self, name: str, data: dict[str, str], *, labelled: bool = True) -> dict[str, Any]:
         labels = {SELECTOR_LABEL: "true"} if labelled else {}
-        return await self.core.create_namespaced_config_map(
-            self.namespace,
-            client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name, labels=labels), data=data),
-            field_manager="kubectl",
+        return await kube.request(
+            self.api,
+            "POST",
+            kube.CONFIGMAPS.path(self.namespace),
+            query=[("fieldManager", "kubectl")],
+            body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": data},
         )
 
-    async def update(self, name: str, data: dict[str, str], *, manager: str = "kubectl") -> client.V1ConfigMap:
-        return await self.core.patch_namespaced_config_map(
-            name, self.namespace, {"data": data}, field_manager=manager
+    async def patch(self, name: str, patch: dict[str, Any], *, manager: str = "kubectl") -> dict[str, Any]:
+        return await kube.merge_patch(
+            self.api, kube.CONFIGMAPS.object_path(self.namespace, name), patch, field_manager=manager
         )
+
+    async def update(self, name: str, data: dict[str, str], *, manager: str = "kubectl") -> dict[str, Any]:
+        return await self.patch(name, {"data": data}, manager=manager)
 
     async def delete(self, name: str) -> None:
-        await self.core.delete_namespaced_config_map(name, self.namespace)
+        assert await kube.delete(self.api, kube.CONFIGMAPS.object_path(self.namespace, name))
+
+
+def resource_version(obj: dict[str, Any]) -> str:
+    version: str = obj["metadata"]["resourceVersion"]
+    return version
 
 
 @dataclasses.dataclass
@@ -142,8 +151,10 @@ async def recording_listener(tmp_path: Path) -> AsyncIterator[tuple[RecordingLis
     runtime_ca, server_ca = pki.create_ca("runtime-ca"), pki.create_ca("ingress-ca")
     serving = pki.loopback_server_cert(server_ca, common_name="listener")
     for name, data in {
-        "server.crt": serving.cert_pem, "server.key": serving.key_pem,
-        "runtime-ca.crt": runtime_ca.cert_pem, "ingress-ca.crt": server_ca.cert_pem,
+        "server.crt": serving.cert_pem,
+        "server.key": serving.key_pem,
+        "runtime-ca.crt": runtime_ca.cert_pem,
+        "ingress-ca.crt": server_ca.cert_pem,
     }.items():
         (tmp_path / name).write_bytes(data)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -165,7 +176,7 @@ async def recording_listener(tmp_path: Path) -> AsyncIterator[tuple[RecordingLis
 @pytest.fixture
 async def runtime(
     landscape: landscape_mod.Landscape,
-    skr_api: client.ApiClient,
+    skr_api: kube.ApiClient,
     recording_listener: tuple[RecordingListener, pki.KeyPair, Path],
     tmp_path: Path,
 ) -> Runtime:
@@ -173,14 +184,12 @@ async def runtime(
     cert = pki.runtime_client_cert(runtime_ca, "skr-1")
     (tmp_path / "client.crt").write_bytes(cert.cert_pem)
     (tmp_path / "client.key").write_bytes(cert.key_pem)
-    core = client.CoreV1Api(skr_api)
     namespace = f"w-{uuid.uuid4().hex[:8]}"
-    await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    await kube.ensure_namespace(skr_api, namespace)
     return Runtime(
         namespace=namespace,
         directory=tmp_path,
         api=skr_api,
-        core=core,
         listener=listener,
         tls={
             "cert_file": str(tmp_path / "client.crt"),
@@ -188,8 +197,6 @@ async def runtime(
             "ca_file": str(server_ca_file),
         },
     )
-
-
 
 
 @pytest.fixture

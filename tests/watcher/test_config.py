@@ -52,7 +52,13 @@ def test_unreadable_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_connections_needed_counts_every_watch_stream() -> None:
     """One API connection per watched resource and namespace, plus Lease and checkpoint headroom."""
     watches = [
-        {"version": "v1", "resource": "configmaps", "label_selector": "a=b", "module": "m", "namespaces": ["x", "y", "z"]},
+        {
+            "version": "v1",
+            "resource": "configmaps",
+            "label_selector": "a=b",
+            "module": "m",
+            "namespaces": ["x", "y", "z"],
+        },
         {"version": "v1", "resource": "secrets", "label_selector": "a=b", "module": "m"},
     ]
     assert config.WatcherConfig.model_validate(VALID | {"watches": watches}).connections_needed() == 3 + 1 + 4

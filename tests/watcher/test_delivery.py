@@ -4,7 +4,7 @@ import datetime
 import os
 from pathlib import Path
 
-from certs import pki
+from pki import pki
 from watcher import config, delivery
 
 

@@ -1,12 +1,12 @@
-"""Connections the apiserver drops mid-request are ordinary API errors, never a crash."""
+"""Connections the apiserver drops mid-request are ordinary Kubernetes errors, never a crash."""
 
 import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
 
-from certs import kubeconfigs, pki
 from clients import kube
+from pki import kubeconfigs, pki
 from watcher import checkpoint, config, lease
 
 
@@ -27,10 +27,12 @@ async def hanging_up_server() -> AsyncIterator[str]:
 
 
 async def test_lease_and_checkpoint_treat_a_dropped_connection_as_an_api_error(hanging_up_server: str) -> None:
-    """Lease acquisition says no; checkpoint loading raises KubeAPIError (which the pipeline retries)."""
-    kubeconfig = kubeconfigs.build(cluster="c", server=hanging_up_server, ca_pem=pki.create_ca("x").cert_pem, user="u", token="t")
+    """Lease acquisition says no; checkpoint loading raises UnreachableError (which the pipeline retries)."""
+    kubeconfig = kubeconfigs.build(
+        cluster="c", server=hanging_up_server, ca_pem=pki.create_ca("x").cert_pem, user="u", token="t"
+    )
     async with await kube.api_client(kubeconfig) as api:
         elector = lease.LeaderElector(api, config.LeaseSettings(), identity="me")
         assert await elector._try_acquire() is False
-        with pytest.raises(kube.KubeAPIError):
+        with pytest.raises(kube.UnreachableError):
             await checkpoint.CheckpointStore(api, config.CheckpointSettings()).load()

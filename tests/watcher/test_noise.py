@@ -54,12 +54,21 @@ def classify(change: events.ChangeType, new: dict[str, Any], old: dict[str, Any]
             id="user-write-after-reconciler",
         ),
         pytest.param(
-            events.ChangeType.ADDED, None, obj(writes=[(RECONCILER, "t1")]), noise.Verdict.IGNORED_FIELD_MANAGER,
+            events.ChangeType.ADDED,
+            None,
+            obj(writes=[(RECONCILER, "t1")]),
+            noise.Verdict.IGNORED_FIELD_MANAGER,
             id="created-by-reconciler",
         ),
-        pytest.param(events.ChangeType.ADDED, None, obj(writes=[("kubectl", "t1")]), noise.Verdict.REPORT, id="created-by-user"),
         pytest.param(
-            events.ChangeType.DELETED, obj(), obj(writes=[(RECONCILER, "t1")]), noise.Verdict.REPORT, id="deletion-always"
+            events.ChangeType.ADDED, None, obj(writes=[("kubectl", "t1")]), noise.Verdict.REPORT, id="created-by-user"
+        ),
+        pytest.param(
+            events.ChangeType.DELETED,
+            obj(),
+            obj(writes=[(RECONCILER, "t1")]),
+            noise.Verdict.REPORT,
+            id="deletion-always",
         ),
         pytest.param(events.ChangeType.RESYNC, None, obj(), noise.Verdict.REPORT, id="resync-without-history"),
         pytest.param(events.ChangeType.RESYNC, obj(), obj(), noise.Verdict.IGNORED_FIELDS_ONLY, id="resync-unchanged"),
@@ -74,7 +83,7 @@ def test_classification(
 
 def test_without_fields_removes_nested_paths_and_leaves_the_input_alone() -> None:
     """Dotted paths are removed from a copy; absent paths are ignored."""
-    original = {"metadata": {"name": "x", "managedFields": [1]}, "status": {"a": 1}}
+    original: dict[str, Any] = {"metadata": {"name": "x", "managedFields": [1]}, "status": {"a": 1}}
     stripped = noise.without_fields(original, ["metadata.managedFields", "status", "spec.missing"])
     assert stripped == {"metadata": {"name": "x"}}
     assert original["metadata"]["managedFields"] == [1]

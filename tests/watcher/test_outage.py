@@ -1,12 +1,9 @@
 """A watcher rides out its runtime apiserver going away and coming back."""
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
 from clients import kube
@@ -29,8 +26,11 @@ async def test_agent_survives_an_apiserver_outage_and_reports_changes_after_it(
     try:
         async with await kube.api_client(cluster.admin_kubeconfig()) as api:
             await kube.ensure_namespace(api, runtime.namespace)
-            config = runtime.write_config(runtime.config(lease={"namespace": runtime.namespace, "duration_seconds": 3,
-                                                                "renew_interval_seconds": 1}))
+            config = runtime.write_config(
+                runtime.config(
+                    lease={"namespace": runtime.namespace, "duration_seconds": 3, "renew_interval_seconds": 1}
+                )
+            )
             agent = agent_mod.Agent(config_path=config, api=api, identity="survivor", registry=CollectorRegistry())
             stop = asyncio.Event()
             task = asyncio.create_task(agent.run(stop=stop))
@@ -40,9 +40,16 @@ async def test_agent_survives_an_apiserver_outage_and_reports_changes_after_it(
                 await asyncio.sleep(4)
                 assert not task.done(), task.exception() if task.done() else None
                 await asyncio.get_running_loop().run_in_executor(None, cluster.start_apiserver)
-                core = client.CoreV1Api(api)
-                await core.create_namespaced_config_map(runtime.namespace, client.V1ConfigMap(
-                    metadata=client.V1ObjectMeta(name="after-outage", labels={SELECTOR_LABEL: "true"})))
+                await kube.request(
+                    api,
+                    "POST",
+                    kube.CONFIGMAPS.path(runtime.namespace),
+                    body={
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": "after-outage", "labels": {SELECTOR_LABEL: "true"}},
+                    },
+                )
                 await runtime.listener.wait_for(lambda: len(runtime.listener.of("after-outage")) == 1, timeout=30)
                 assert not task.done()
             finally:

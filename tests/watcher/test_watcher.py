@@ -9,7 +9,7 @@ import pytest
 from contract import events
 from devenv import net
 
-from .conftest import MODULE, Runtime
+from .conftest import MODULE, Runtime, resource_version
 
 pytestmark = pytest.mark.integration
 
@@ -32,8 +32,8 @@ async def test_create_update_delete_produce_exactly_these_events(
         await asyncio.sleep(QUIET)
     changes = runtime.listener.of("cm-a")
     assert [kind for kind, _ in changes] == ["ADDED", "MODIFIED", "DELETED"]
-    assert changes[0][1] == created.metadata.resource_version
-    assert changes[1][1] == updated.metadata.resource_version
+    assert changes[0][1] == resource_version(created)
+    assert changes[1][1] == resource_version(updated)
     assert runtime.listener.of("unwatched") == []
     assert all(e.module == MODULE and e.runtime == "skr-1" for e in runtime.listener.received)
     added = runtime.listener.received[0]
@@ -50,9 +50,7 @@ async def test_reconciler_writes_and_ignored_fields_produce_no_events(
         await runtime.create("cm-b", {"k": "1"})
         await runtime.listener.wait_for(lambda: len(runtime.listener.of("cm-b")) == 1)
         await runtime.update("cm-b", {"k": "by-reconciler"}, manager="kyma-sync-reconciler")
-        await runtime.core.patch_namespaced_config_map(
-            "cm-b", runtime.namespace, {"metadata": {"annotations": {"touched": "yes"}}}, field_manager="kubectl"
-        )
+        await runtime.patch("cm-b", {"metadata": {"annotations": {"touched": "yes"}}})
         await asyncio.sleep(QUIET)
         assert [kind for kind, _ in runtime.listener.of("cm-b")] == ["ADDED"]
         user_edit = await runtime.update("cm-b", {"k": "by-user"})
@@ -60,7 +58,7 @@ async def test_reconciler_writes_and_ignored_fields_produce_no_events(
         noise = running.agent.metrics.registry.get_sample_value
         assert noise("kyma_watcher_events_noise_total", {"reason": "ignored_field_manager"}) == 1
         assert noise("kyma_watcher_events_noise_total", {"reason": "ignored_fields_only"}) == 1
-    assert runtime.listener.of("cm-b")[-1] == ("MODIFIED", user_edit.metadata.resource_version)
+    assert runtime.listener.of("cm-b")[-1] == ("MODIFIED", resource_version(user_edit))
 
 
 async def test_restart_resumes_without_losing_changes_made_while_down(
@@ -82,15 +80,13 @@ async def test_restart_resumes_without_losing_changes_made_while_down(
         await running.wait_synced()
         await runtime.listener.wait_for(lambda: len(runtime.listener.received) >= 3)
         await asyncio.sleep(QUIET)
-    assert runtime.listener.of("change") == [("RESYNC", changed.metadata.resource_version)]
-    assert runtime.listener.of("new") == [("RESYNC", added.metadata.resource_version)]
+    assert runtime.listener.of("change") == [("RESYNC", resource_version(changed))]
+    assert runtime.listener.of("new") == [("RESYNC", resource_version(added))]
     assert [kind for kind, _ in runtime.listener.of("remove")] == ["DELETED"]
     assert runtime.listener.of("keep") == []
 
 
-async def test_follower_takes_over_when_the_leader_dies(
-    runtime: Runtime, start_agent: Callable[..., Any]
-) -> None:
+async def test_follower_takes_over_when_the_leader_dies(runtime: Runtime, start_agent: Callable[..., Any]) -> None:
     """Two pods: one sends; when it is killed the other leads within a few seconds and nothing is lost."""
     config = runtime.write_config(runtime.config())
     async with start_agent(config, "pod-a") as first, start_agent(config, "pod-b") as second:
@@ -109,7 +105,7 @@ async def test_follower_takes_over_when_the_leader_dies(
         took_over = asyncio.get_running_loop().time() - killed_at
         await runtime.listener.wait_for(lambda: len(runtime.listener.of("during-failover")) >= 1)
     assert took_over < 6, f"takeover took {took_over:.1f}s"
-    assert runtime.listener.of("during-failover")[-1][1] == during.metadata.resource_version
+    assert runtime.listener.of("during-failover")[-1][1] == resource_version(during)
     assert len(runtime.listener.of("before")) >= 1
 
 
@@ -122,9 +118,9 @@ async def test_listener_down_for_a_while_then_every_distinct_change_arrives(
         runtime.listener.available = False
         latest: dict[str, str] = {}
         for n in range(20):
-            latest[f"obj-{n}"] = (await runtime.create(f"obj-{n}", {"k": "1"})).metadata.resource_version
+            latest[f"obj-{n}"] = resource_version(await runtime.create(f"obj-{n}", {"k": "1"}))
         for n in range(0, 20, 2):
-            latest[f"obj-{n}"] = (await runtime.update(f"obj-{n}", {"k": "2"})).metadata.resource_version
+            latest[f"obj-{n}"] = resource_version(await runtime.update(f"obj-{n}", {"k": "2"}))
         await runtime.listener.wait_for(lambda: runtime.listener.refused_while_down > 0)
         await asyncio.sleep(1.0)
         runtime.listener.available = True
@@ -146,9 +142,7 @@ async def test_second_endpoint_is_used_when_the_first_is_unreachable(
         await runtime.listener.wait_for(lambda: len(runtime.listener.of("via-second")) == 1)
 
 
-async def test_oversize_object_is_reported_as_a_reference(
-    runtime: Runtime, start_agent: Callable[..., Any]
-) -> None:
+async def test_oversize_object_is_reported_as_a_reference(runtime: Runtime, start_agent: Callable[..., Any]) -> None:
     """An object whose event would pass 1 MB arrives as a reference-only event, not dropped."""
     async with start_agent(runtime.write_config(runtime.config())) as running:
         await running.wait_synced()
@@ -172,4 +166,4 @@ async def test_paused_module_reports_nothing_until_unpaused_then_catches_up(
         assert runtime.listener.of("while-paused") == []
         runtime.write_config(runtime.config())
         await runtime.listener.wait_for(lambda: len(runtime.listener.of("while-paused")) == 1)
-    assert runtime.listener.of("while-paused") == [("RESYNC", created.metadata.resource_version)]
+    assert runtime.listener.of("while-paused") == [("RESYNC", resource_version(created))]

@@ -5,7 +5,7 @@ import datetime
 import pytest
 from cryptography import x509
 
-from certs import authority
+from pki import authority
 
 HOUR = datetime.timedelta(hours=1)
 
@@ -52,7 +52,8 @@ def test_revocation_lands_in_the_crl_of_the_issuing_ca() -> None:
     crls = ca.to_files()[authority.CRL].split(b"-----END X509 CRL-----")
     listed = {
         entry.serial_number
-        for block in crls if block.strip()
+        for block in crls
+        if block.strip()
         for entry in x509.load_pem_x509_crl(block + b"-----END X509 CRL-----")
     }
     assert doomed.certificate.serial_number in listed

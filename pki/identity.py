@@ -2,7 +2,7 @@
 
 The identity is the subject's Common Name, which is the runtime's Kyma name; the certificate is
 also in the ``kyma-runtimes`` organisation so that it can never be mistaken for an operator's.
-Issuing (certs) and checking (listener) both use this one definition.
+Issuing (kyma-certs) and checking (listener) both use this one definition.
 """
 
 from cryptography import x509

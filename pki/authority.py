@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from cryptography import x509
 from pydantic import BaseModel, ConfigDict
 
-from certs import pki
+from pki import pki
 
 CA_CERT, CA_KEY, BUNDLE, CRL, STATE = "ca.crt", "ca.key", "trust-bundle.crt", "crl.pem", "state.json"
 
@@ -121,7 +121,9 @@ class Authority:
         self.current = pki.create_ca(common_name, lifetime=lifetime)
 
     def is_current_issuer(self, certificate: x509.Certificate) -> bool:
-        return certificate.issuer == self.current.certificate.subject and pki.signed_by(certificate, self.current.certificate)
+        return certificate.issuer == self.current.certificate.subject and pki.signed_by(
+            certificate, self.current.certificate
+        )
 
     def revoke(self, certificate_or_serial: x509.Certificate | int) -> None:
         if isinstance(certificate_or_serial, x509.Certificate):
@@ -155,4 +157,3 @@ def is_due(certificate: x509.Certificate, *, fraction: float = 2 / 3, now: datet
     """Whether ``fraction`` of the certificate's lifetime has passed (time to renew)."""
     start, end = certificate.not_valid_before_utc, certificate.not_valid_after_utc
     return (now or _now()) >= start + (end - start) * fraction
-

@@ -8,7 +8,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from certs import kubeconfigs, pki
+from pki import kubeconfigs, pki
 
 
 def test_leaf_is_signed_by_its_ca_and_carries_its_identity() -> None:
@@ -34,8 +34,11 @@ def test_lifetime_is_honoured() -> None:
     """not_after is start + lifetime."""
     start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     leaf = pki.issue(
-        pki.create_ca("ca"), common_name="x", client=True,
-        lifetime=datetime.timedelta(hours=3), not_before=start,
+        pki.create_ca("ca"),
+        common_name="x",
+        client=True,
+        lifetime=datetime.timedelta(hours=3),
+        not_before=start,
     )
     assert leaf.not_after == start + datetime.timedelta(hours=3)
 

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from certs import identity
+from pki import identity
 
 DEFAULT_CA_LIFETIME = datetime.timedelta(days=365 * 5)
 DEFAULT_CERT_LIFETIME = datetime.timedelta(days=30)
@@ -71,9 +71,7 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def create_ca(
-    common_name: str, *, lifetime: datetime.timedelta = DEFAULT_CA_LIFETIME
-) -> KeyPair:
+def create_ca(common_name: str, *, lifetime: datetime.timedelta = DEFAULT_CA_LIFETIME) -> KeyPair:
     key = new_private_key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = _now()
@@ -171,9 +169,7 @@ def signing_key_pem() -> tuple[bytes, bytes]:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    public = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     return private, public
 
 

@@ -36,9 +36,7 @@ def build(
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [
-            {"name": cluster, "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)}}
-        ],
+        "clusters": [{"name": cluster, "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)}}],
         "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": user}}],
         "current-context": cluster,

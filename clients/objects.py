@@ -1,0 +1,131 @@
+"""Generic object operations on one cluster, addressed by apiVersion + kind.
+
+Kinds are mapped to resources through API discovery, cached per cluster and refreshed once on
+a miss (a CRD installed since). Writes carry one field manager; server-side applies are
+forced, so for what it declares the writer owns the fields and resets anyone else's edits.
+"""
+
+import dataclasses
+from typing import Any
+
+from clients import kube
+
+
+class UnknownKindError(LookupError):
+    """The cluster serves no such apiVersion/kind."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Ref:
+    api_version: str
+    kind: str
+    namespace: str | None
+    name: str
+
+    @property
+    def group(self) -> str:
+        group, _, _ = self.api_version.rpartition("/")
+        return group
+
+    @classmethod
+    def of(cls, obj: dict[str, Any]) -> "Ref":
+        metadata = obj.get("metadata") or {}
+        return cls(str(obj["apiVersion"]), str(obj["kind"]), metadata.get("namespace") or None, str(metadata["name"]))
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.api_version}/{self.kind} {where}{self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    gvr: kube.Gvr
+    namespaced: bool
+    singular: str
+
+
+class ClusterObjects:
+    def __init__(self, api: kube.ApiClient, *, field_manager: str) -> None:
+        self.api = api
+        self.field_manager = field_manager
+        self._resources: dict[str, dict[str, Resource]] = {}
+
+    async def _discover(self, api_version: str) -> dict[str, Resource]:
+        group, _, version = api_version.rpartition("/")
+        try:
+            listing = await kube.request(self.api, "GET", kube.Gvr(group, version, "").group_version_path)
+        except kube.NotFoundError:
+            return {}
+        return {
+            r["kind"]: Resource(
+                kube.Gvr(group, version, r["name"]), bool(r["namespaced"]), r.get("singularName") or r["kind"].lower()
+            )
+            for r in listing.get("resources", [])
+            if "/" not in r["name"]
+        }
+
+    async def resource(self, api_version: str, kind: str) -> Resource:
+        known = self._resources.get(api_version)
+        if known is None or kind not in known:
+            known = self._resources[api_version] = await self._discover(api_version)
+        if kind not in known:
+            raise UnknownKindError(f"the cluster serves no {kind} in {api_version}")
+        return known[kind]
+
+    async def _path(self, ref: Ref, *, subresource: str | None = None) -> tuple[str, str | None]:
+        resource = await self.resource(ref.api_version, ref.kind)
+        namespace = (ref.namespace or "default") if resource.namespaced else None
+        return resource.gvr.object_path(namespace, ref.name, subresource=subresource), namespace
+
+    async def normalise(self, ref: Ref) -> Ref:
+        """The ref as stored: namespace filled in for namespaced kinds, dropped for cluster-scoped ones."""
+        _, namespace = await self._path(ref)
+        return dataclasses.replace(ref, namespace=namespace)
+
+    def _placed(self, obj: dict[str, Any], namespace: str | None) -> dict[str, Any]:
+        metadata = {k: v for k, v in obj["metadata"].items() if k != "namespace"}
+        return {**obj, "metadata": {**metadata, **({"namespace": namespace} if namespace else {})}}
+
+    async def get(self, ref: Ref) -> dict[str, Any] | None:
+        path, _ = await self._path(ref)
+        return await kube.get_or_none(self.api, path)
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create; ConflictError when an object of that name exists (it is never taken over)."""
+        resource = await self.resource(str(obj["apiVersion"]), str(obj["kind"]))
+        _, namespace = await self._path(Ref.of(obj))
+        return await kube.request(
+            self.api,
+            "POST",
+            resource.gvr.path(namespace),
+            query=[("fieldManager", self.field_manager)],
+            body=self._placed(obj, namespace),
+        )
+
+    async def apply(
+        self, obj: dict[str, Any], *, subresource: str | None = None, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Server-side apply, forced; a ``metadata.resourceVersion`` in ``obj`` makes it conditional."""
+        path, namespace = await self._path(Ref.of(obj), subresource=subresource)
+        return await kube.apply(
+            self.api, path, self._placed(obj, namespace), field_manager=self.field_manager, dry_run=dry_run
+        )
+
+    async def merge_patch(self, ref: Ref, patch: dict[str, Any]) -> dict[str, Any]:
+        path, _ = await self._path(ref)
+        return await kube.merge_patch(self.api, path, patch, field_manager=self.field_manager)
+
+    async def list(
+        self, api_version: str, kind: str, *, namespace: str | None, label_selector: str | None
+    ) -> list[dict[str, Any]]:
+        resource = await self.resource(api_version, kind)
+        items, _ = await kube.list_objects(self.api, resource.gvr, namespace=namespace, label_selector=label_selector)
+        return items
+
+    async def delete(self, ref: Ref, *, preconditions: kube.Preconditions | None = None) -> bool:
+        """Delete; False when it was already gone (or its kind is no longer served)."""
+        try:
+            path, _ = await self._path(ref)
+        except UnknownKindError:
+            return False
+        return await kube.delete(self.api, path, preconditions=preconditions)

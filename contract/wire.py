@@ -1,0 +1,49 @@
+"""Names the engines agree on without importing each other: paths, stream, field manager, labels.
+
+Each of these is read by one engine and written by another (the watcher posts to the listener's
+path, drops writes made under the reconciler's field manager, selects what the reconciler
+labelled; the reconciler finds the kubeconfig Secrets kyma-certs writes). Renaming one here
+renames it for all of them; a literal copy elsewhere would silently break the loop guard.
+"""
+
+EVENTS_PATH = "/v1/events"
+"""Where watchers POST change events on the listener."""
+
+STREAM_NAME = "KYMA_EVENTS"
+"""The JetStream stream capturing every event subject."""
+DEAD_LETTER_STREAM_NAME = "KYMA_DEAD_LETTERS"
+"""The JetStream stream keeping events no consumer could handle, for people to look at."""
+
+RECONCILER_FIELD_MANAGER = "kyma-sync-reconciler"
+"""The field manager of every reconciler write; watchers drop changes made under it."""
+
+SYNC_MODULE = "kyma-sync"
+"""The module of kyma-sync's own reconcilers: events of synced objects, their kubeconfigs."""
+
+SYNCED_LABEL = "kyma-project.io/synced-by"
+SYNCED_VALUE = "kyma-sync"
+SYNCED_SELECTOR = f"{SYNCED_LABEL}={SYNCED_VALUE}"
+"""Carried by everything the reconcilers write into a runtime, so watchers can select it."""
+
+OWNER_ANNOTATION = "sync.kyma-project.io/owner"
+"""``<SyncResource uid>/<item name>`` on every object a SyncResource applied: the only proof
+that the object is ours to change or delete."""
+SOURCE_ANNOTATION = "sync.kyma-project.io/source"
+"""``<namespace>/<name>`` of the owning SyncResource, for people reading the object."""
+
+KCP_NAMESPACE = "kcp-system"
+"""Where KCP keeps Kyma CRs and the runtimes' master kubeconfig Secrets."""
+KUBECONFIG_NAMESPACE = "kyma-sync-kubeconfigs"
+"""Where minted module kubeconfigs go: apart from the master kubeconfigs, so that reading them
+(the reconcilers may) never grants reading a master kubeconfig (only kyma-certs may)."""
+RUNTIME_LABEL = "kyma-project.io/runtime"
+MODULE_LABEL = "kyma-project.io/module"
+KUBECONFIG_KEY = "config"
+
+
+def master_kubeconfig_secret(runtime: str) -> str:
+    return f"kubeconfig-{runtime}"
+
+
+def module_kubeconfig_secret(module: str, runtime: str) -> str:
+    return f"{module}-kubeconfig-{runtime}"
