@@ -26,9 +26,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from certs import authority
 from contract import errors, events, ids
 from devenv import nats, net
+from pki import authority
 
 MODULES = ("kyma-sync", "cloud-manager")
 json_values = st.recursive(
@@ -40,10 +40,20 @@ json_values = st.recursive(
 
 def valid_event(n: int) -> dict[str, Any]:
     event = events.ChangeEvent.create(
-        runtime=ids.RuntimeId("skr-1"), module=ids.ModuleName("kyma-sync"),
-        target=events.WatchedObject(group="", version="v1", resource="configmaps", kind="ConfigMap",
-                                    namespace="default", name="cm", uid=f"uid-{n}"),
-        resource_version=str(n), change_type=events.ChangeType.MODIFIED, body={"data": {"k": "v"}},
+        runtime=ids.RuntimeId("skr-1"),
+        module=ids.ModuleName("kyma-sync"),
+        target=events.WatchedObject(
+            group="",
+            version="v1",
+            resource="configmaps",
+            kind="ConfigMap",
+            namespace="default",
+            name="cm",
+            uid=f"uid-{n}",
+        ),
+        resource_version=str(n),
+        change_type=events.ChangeType.MODIFIED,
+        body={"data": {"k": "v"}},
     )
     document: dict[str, Any] = json.loads(events.encode(event))
     return document
@@ -83,20 +93,35 @@ def main() -> None:
     ca = authority.Authority.create("fuzz-ca")
     day = datetime.timedelta(days=1)
     serving, client_cert = ca.issue_server(["127.0.0.1"], lifetime=day), ca.issue_runtime("skr-1", lifetime=day)
-    for name, data in {"srv.crt": serving.cert_pem, "srv.key": serving.key_pem, "c.crt": client_cert.cert_pem,
-                       "c.key": client_cert.key_pem, "bundle.crt": ca.to_files()[authority.BUNDLE]}.items():
+    for name, data in {
+        "srv.crt": serving.cert_pem,
+        "srv.key": serving.key_pem,
+        "c.crt": client_cert.cert_pem,
+        "c.key": client_cert.key_pem,
+        "bundle.crt": ca.to_files()[authority.BUNDLE],
+    }.items():
         (work / name).write_bytes(data)
     bus = nats.NatsServer(workdir=work / "nats")
     bus.start()
     bus.wait_ready()
     port, management = net.free_port(), net.free_port()
-    (work / "listener.yaml").write_text(yaml.safe_dump({
-        "host": "127.0.0.1", "port": port, "management_port": management, "modules": list(MODULES),
-        "tls": {"cert_file": str(work / "srv.crt"), "key_file": str(work / "srv.key")},
-        "trust": {"client_ca_file": str(work / "bundle.crt")}, "nats": {"servers": [bus.url]},
-        "rate_limit": {"events_per_second": 100000, "burst": 100000},
-    }))
-    listener = subprocess.Popen([sys.executable, "-m", "listener.cli", "--config", str(work / "listener.yaml"), "--log-level", "ERROR"])
+    (work / "listener.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "host": "127.0.0.1",
+                "port": port,
+                "management_port": management,
+                "modules": list(MODULES),
+                "tls": {"cert_file": str(work / "srv.crt"), "key_file": str(work / "srv.key")},
+                "trust": {"client_ca_file": str(work / "bundle.crt")},
+                "nats": {"servers": [bus.url]},
+                "rate_limit": {"events_per_second": 100000, "burst": 100000},
+            }
+        )
+    )
+    listener = subprocess.Popen(
+        [sys.executable, "-m", "listener.cli", "--config", str(work / "listener.yaml"), "--log-level", "ERROR"]
+    )
     try:
         deadline = time.monotonic() + 30
         while not net.http_ok(f"http://127.0.0.1:{management}/readyz"):
@@ -106,8 +131,9 @@ def main() -> None:
         context = ssl.create_default_context(cafile=str(work / "bundle.crt"))
         context.load_cert_chain(work / "c.crt", work / "c.key")
         target = Target(port, context)
-        fuzz = settings(max_examples=args.examples, deadline=None, database=None,
-                        suppress_health_check=list(HealthCheck))
+        fuzz = settings(
+            max_examples=args.examples, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        )
 
         @fuzz
         @given(json_values)
@@ -120,10 +146,14 @@ def main() -> None:
             target.post("arbitrary-bytes", data)
 
         @fuzz
-        @given(st.integers(0, 10**6), st.lists(st.tuples(st.sampled_from(sorted(valid_event(0))), json_values), max_size=3),
-               st.lists(st.sampled_from(sorted(valid_event(0))), max_size=2),
-               st.sampled_from(["skr-1", "skr-2", "SKR_1", ""]), st.sampled_from([*MODULES, "unknown", "a.b"]),
-               st.booleans())
+        @given(
+            st.integers(0, 10**6),
+            st.lists(st.tuples(st.sampled_from(sorted(valid_event(0))), json_values), max_size=3),
+            st.lists(st.sampled_from(sorted(valid_event(0))), max_size=2),
+            st.sampled_from(["skr-1", "skr-2", "SKR_1", ""]),
+            st.sampled_from([*MODULES, "unknown", "a.b"]),
+            st.booleans(),
+        )
         def mutated_events(
             n: int, replace: list[tuple[str, Any]], drop: list[str], runtime: str, module: str, rederive_id: bool
         ) -> None:
@@ -137,8 +167,10 @@ def main() -> None:
                 # A consistent id gets the input past the id check, to the identity and module checks.
                 try:
                     document["event_id"] = events.derive_event_id(
-                        runtime=document["runtime"], module=document["module"],
-                        uid=document["target"]["uid"], resource_version=document["resource_version"],
+                        runtime=document["runtime"],
+                        module=document["module"],
+                        uid=document["target"]["uid"],
+                        resource_version=document["resource_version"],
                     )
                 except (KeyError, TypeError):
                     pass
@@ -150,13 +182,18 @@ def main() -> None:
         by_kind: dict[str, dict[str, int]] = collections.defaultdict(dict)
         for (kind, status), count in sorted(target.counts.items()):
             by_kind[kind][str(status)] = count
-        print(json.dumps({
-            "inputs_tried": sum(target.counts.values()),
-            "accepted_202": sum(c for (_, status), c in target.counts.items() if status == 202),
-            "accepted_wrongly": len(target.wrong),
-            "seconds": round(time.perf_counter() - started, 1),
-            "statuses_by_kind": by_kind,
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "inputs_tried": sum(target.counts.values()),
+                    "accepted_202": sum(c for (_, status), c in target.counts.items() if status == 202),
+                    "accepted_wrongly": len(target.wrong),
+                    "seconds": round(time.perf_counter() - started, 1),
+                    "statuses_by_kind": by_kind,
+                },
+                indent=2,
+            )
+        )
         if target.wrong:
             raise SystemExit(f"wrongly accepted, e.g. {target.wrong[0][:300]!r}")
     finally:

@@ -21,9 +21,9 @@ from pathlib import Path
 import aiohttp
 import yaml
 
-from certs import pki
 from contract import events, ids
 from devenv import nats, net
+from pki import pki
 
 
 def _event(runtime: str, n: int) -> bytes:
@@ -32,8 +32,13 @@ def _event(runtime: str, n: int) -> bytes:
             runtime=ids.runtime_id(runtime),
             module=ids.module_name("bench"),
             target=events.WatchedObject(
-                group="", version="v1", resource="configmaps", kind="ConfigMap",
-                namespace="default", name=f"cm-{n}", uid=f"{runtime}-uid-{n}",
+                group="",
+                version="v1",
+                resource="configmaps",
+                kind="ConfigMap",
+                namespace="default",
+                name=f"cm-{n}",
+                uid=f"{runtime}-uid-{n}",
             ),
             resource_version=str(n),
             change_type=events.ChangeType.MODIFIED,
@@ -80,7 +85,9 @@ async def main() -> None:
     server_ca, runtime_ca = pki.create_ca("bench-ingress"), pki.create_ca("bench-runtimes")
     serving = pki.loopback_server_cert(server_ca, common_name="listener")
     for name, data in {
-        "server.crt": serving.cert_pem, "server.key": serving.key_pem, "ca.crt": runtime_ca.cert_pem,
+        "server.crt": serving.cert_pem,
+        "server.key": serving.key_pem,
+        "ca.crt": runtime_ca.cert_pem,
     }.items():
         (work / name).write_bytes(data)
     bus = nats.NatsServer(workdir=work / "nats")
@@ -88,7 +95,10 @@ async def main() -> None:
     bus.wait_ready()
     port, management = net.free_port(), net.free_port()
     config = {
-        "host": "127.0.0.1", "port": port, "management_port": management, "modules": ["bench"],
+        "host": "127.0.0.1",
+        "port": port,
+        "management_port": management,
+        "modules": ["bench"],
         "tls": {"cert_file": str(work / "server.crt"), "key_file": str(work / "server.key")},
         "trust": {"client_ca_file": str(work / "ca.crt")},
         "rate_limit": {"events_per_second": 1e6, "burst": 1_000_000},
@@ -116,19 +126,26 @@ async def main() -> None:
         url = f"https://127.0.0.1:{port}/v1/events"
         started = time.perf_counter()
         accepted = sum(
-            await asyncio.gather(*(_client(url, ctx, work_, latencies) for ctx, work_ in zip(contexts, workloads)))
+            await asyncio.gather(
+                *(_client(url, ctx, work_, latencies) for ctx, work_ in zip(contexts, workloads, strict=True))
+            )
         )
         elapsed = time.perf_counter() - started
         quantiles = statistics.quantiles(latencies, n=100)
-        print(json.dumps({
-            "clients": args.clients,
-            "events_sent": per_client * args.clients,
-            "events_accepted": accepted,
-            "seconds": round(elapsed, 2),
-            "accepted_events_per_second": round(accepted / elapsed),
-            "latency_p50_ms": round(quantiles[49] * 1000, 2),
-            "latency_p99_ms": round(quantiles[98] * 1000, 2),
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "clients": args.clients,
+                    "events_sent": per_client * args.clients,
+                    "events_accepted": accepted,
+                    "seconds": round(elapsed, 2),
+                    "accepted_events_per_second": round(accepted / elapsed),
+                    "latency_p50_ms": round(quantiles[49] * 1000, 2),
+                    "latency_p99_ms": round(quantiles[98] * 1000, 2),
+                },
+                indent=2,
+            )
+        )
     finally:
         listener.terminate()
         listener.wait(timeout=15)

@@ -23,7 +23,6 @@ runtime gets a SyncResource with one CreateAndSync ConfigMap. Then:
 
 import argparse
 import asyncio
-import base64
 import datetime
 import json
 import os
@@ -38,9 +37,11 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import client
 
-from certs import authority, kubeconfigs, runtimes, stores
+from certs import stores
 from clients import kube
+from contract import wire
 from devenv import landscape, net, process, testbin
+from pki import authority, kubeconfigs
 from reconciler import crds
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -50,8 +51,14 @@ MERGE = "application/merge-patch+json"
 def usage(pid: int) -> tuple[float, float]:
     """(CPU seconds, RSS MiB) of a process; RSS 0 for one that has exited."""
     stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    rss = next((int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                if line.startswith("VmRSS:")), 0)
+    rss = next(
+        (
+            int(line.split()[1])
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+            if line.startswith("VmRSS:")
+        ),
+        0,
+    )
     return (int(stat[11]) + int(stat[12])) / _TICKS, rss / 1024
 
 
@@ -59,22 +66,45 @@ def name_of(n: int) -> str:
     return f"rt-{n:05d}"
 
 
-async def register(kcp: client.ApiClient, running: landscape.Landscape, names: list[str], hosts: dict[str, str]) -> None:
-    core = client.CoreV1Api(kcp)
-    for namespace in (runtimes.KCP_NAMESPACE, runtimes.KUBECONFIG_NAMESPACE, "bench"):
+async def register(
+    kcp: client.ApiClient, running: landscape.Landscape, names: list[str], hosts: dict[str, str]
+) -> None:
+    for namespace in (wire.KCP_NAMESPACE, wire.KUBECONFIG_NAMESPACE, "bench"):
         await kube.ensure_namespace(kcp, namespace)
     await crds.install(kcp, crds.kcp_crds())
+    await kube.create_or_replace(
+        kcp,
+        crds.SYNC_BINDING.path(),
+        {
+            "apiVersion": crds.SYNC_BINDING.api_version,
+            "kind": "SyncBinding",
+            "metadata": {"name": "bench"},
+            "spec": {"namespaces": ["bench"], "runtimeSelector": {}},
+        },
+    )
     semaphore = asyncio.Semaphore(16)
 
     async def one(name: str) -> None:
         async with semaphore:
             kubeconfig = running.runtimes[hosts[name]].admin_kubeconfig()
-            await stores.write_secret(core, namespace=runtimes.KUBECONFIG_NAMESPACE, name=runtimes.module_secret_name("kyma-sync", name),
-                                      data={runtimes.KUBECONFIG_KEY: kubeconfigs.dump(kubeconfig).encode()},
-                                      labels={runtimes.RUNTIME_LABEL: name, runtimes.MODULE_LABEL: "kyma-sync"})
-            await kube.request(kcp, "POST", crds.KYMA.path(runtimes.KCP_NAMESPACE), body={
-                "apiVersion": crds.KYMA.api_version, "kind": "Kyma",
-                "metadata": {"name": name, "namespace": runtimes.KCP_NAMESPACE}, "spec": {"channel": "regular"}})
+            await stores.write_secret(
+                kcp,
+                namespace=wire.KUBECONFIG_NAMESPACE,
+                name=wire.module_kubeconfig_secret("kyma-sync", name),
+                data={wire.KUBECONFIG_KEY: kubeconfigs.dump(kubeconfig).encode()},
+                labels={wire.RUNTIME_LABEL: name, wire.MODULE_LABEL: "kyma-sync"},
+            )
+            await kube.request(
+                kcp,
+                "POST",
+                crds.KYMA.path(wire.KCP_NAMESPACE),
+                body={
+                    "apiVersion": crds.KYMA.api_version,
+                    "kind": "Kyma",
+                    "metadata": {"name": name, "namespace": wire.KCP_NAMESPACE},
+                    "spec": {"channel": "regular"},
+                },
+            )
 
     await asyncio.gather(*(one(n) for n in names))
 
@@ -83,7 +113,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runtimes", type=int, default=100, help="simulated runtimes (default 100)")
     parser.add_argument("--hosts", type=int, default=2, help="watcher-host processes (default 2)")
-    parser.add_argument("--faults", action="store_true", help="then kill/restart NATS, listener, reconciler, an apiserver")
+    parser.add_argument(
+        "--faults", action="store_true", help="then kill/restart NATS, listener, reconciler, an apiserver"
+    )
     parser.add_argument("--outage-seconds", type=float, default=3.0, help="how long each fault lasts (default 3)")
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="steady-state CPU sample (default 10)")
     args = parser.parse_args()
@@ -107,18 +139,37 @@ async def main() -> None:
             (work / "srv.crt").write_bytes(serving.cert_pem)
             (work / "srv.key").write_bytes(serving.key_pem)
             port, management = net.free_port(), net.free_port()
-            (work / "listener.yaml").write_text(yaml.safe_dump({
-                "host": "127.0.0.1", "port": port, "management_port": management, "modules": ["kyma-sync"],
-                "tls": {"cert_file": str(work / "srv.crt"), "key_file": str(work / "srv.key")},
-                "trust": {"client_ca_file": str(bundle)}, "nats": {"servers": [running.nats.url]},
-                "rate_limit": {"events_per_second": 1000, "burst": 1000},
-            }))
-            listener = process.ManagedProcess(name="listener", argv=[sys.executable, "-m", "listener.cli", "--config",
-                                              str(work / "listener.yaml"), "--log-level", "WARNING"], log_path=work / "listener.log")
+            (work / "listener.yaml").write_text(
+                yaml.safe_dump(
+                    {
+                        "host": "127.0.0.1",
+                        "port": port,
+                        "management_port": management,
+                        "modules": ["kyma-sync"],
+                        "tls": {"cert_file": str(work / "srv.crt"), "key_file": str(work / "srv.key")},
+                        "trust": {"client_ca_file": str(bundle)},
+                        "nats": {"servers": [running.nats.url]},
+                        "rate_limit": {"events_per_second": 1000, "burst": 1000},
+                    }
+                )
+            )
+            listener = process.ManagedProcess(
+                name="listener",
+                argv=[
+                    sys.executable,
+                    "-m",
+                    "listener.cli",
+                    "--config",
+                    str(work / "listener.yaml"),
+                    "--log-level",
+                    "WARNING",
+                ],
+                log_path=work / "listener.log",
+            )
             listener.start()
             procs.append(listener)
             listener.wait_ready(lambda: net.http_ok(f"http://127.0.0.1:{management}/readyz"), timeout=30)
-            host_dirs = {}
+            host_dirs: dict[str, tuple[Path, str]] = {}
             for n, name in enumerate(names):
                 skr, host = hosts[name], f"{hosts[name]}-{(n // 2) % max(1, args.hosts // 2)}"
                 directory = host_dirs.setdefault(host, (work / "hosts" / host, skr))[0]
@@ -126,29 +177,74 @@ async def main() -> None:
                 pair = ca.issue_runtime(name, lifetime=datetime.timedelta(days=1))
                 (directory / f"{name}.crt").write_bytes(pair.cert_pem)
                 (directory / f"{name}.key").write_bytes(pair.key_pem)
-                (directory / f"watcher-{name}.yaml").write_text(yaml.safe_dump({
-                    "runtime": name, "listeners": [{"url": f"https://127.0.0.1:{port}"}],
-                    "tls": {"cert_file": str(directory / f"{name}.crt"), "key_file": str(directory / f"{name}.key"), "ca_file": str(bundle)},
-                    "watches": [{"version": "v1", "resource": "configmaps", "namespaces": [name],
-                                 "label_selector": "kyma-project.io/synced-by=kyma-sync", "module": "kyma-sync"}],
-                    "lease": {"namespace": name}, "checkpoint": {"namespace": name}, "management_port": None,
-                    "delivery": {"senders": 1},
-                }))
+                (directory / f"watcher-{name}.yaml").write_text(
+                    yaml.safe_dump(
+                        {
+                            "runtime": name,
+                            "listeners": [{"url": f"https://127.0.0.1:{port}"}],
+                            "tls": {
+                                "cert_file": str(directory / f"{name}.crt"),
+                                "key_file": str(directory / f"{name}.key"),
+                                "ca_file": str(bundle),
+                            },
+                            "watches": [
+                                {
+                                    "version": "v1",
+                                    "resource": "configmaps",
+                                    "namespaces": [name],
+                                    "label_selector": "kyma-project.io/synced-by=kyma-sync",
+                                    "module": "kyma-sync",
+                                }
+                            ],
+                            "lease": {"namespace": name},
+                            "checkpoint": {"namespace": name},
+                            "management_port": None,
+                            "delivery": {"senders": 1},
+                        }
+                    )
+                )
             for host, (directory, skr) in host_dirs.items():
-                managed = process.ManagedProcess(name=f"watchers-{host}", argv=[
-                    sys.executable, str(Path(__file__).with_name("watcher_host.py")), "--configs", str(directory),
-                    "--kubeconfig", str(running.runtimes[skr].admin_kubeconfig_path)], log_path=work / f"watchers-{host}.log")
+                managed = process.ManagedProcess(
+                    name=f"watchers-{host}",
+                    argv=[
+                        sys.executable,
+                        str(Path(__file__).with_name("watcher_host.py")),
+                        "--configs",
+                        str(directory),
+                        "--kubeconfig",
+                        str(running.runtimes[skr].admin_kubeconfig_path),
+                    ],
+                    log_path=work / f"watchers-{host}.log",
+                )
                 managed.start()
                 procs.append(managed)
             reconciler_management = net.free_port()
-            (work / "reconciler.yaml").write_text(yaml.safe_dump({
-                "nats_servers": [running.nats.url], "management_port": reconciler_management,
-                "sync_resources": {"namespace": "bench", "resync_seconds": 3600, "workers": 16},
-                "module_templates": {"enabled": True, "resync_seconds": 3600}, "kyma": {"enabled": False},
-            }))
-            reconciler = process.ManagedProcess(name="reconciler", argv=[
-                sys.executable, "-m", "reconciler.cli", "--config", str(work / "reconciler.yaml"),
-                "--kcp-kubeconfig", str(running.kcp.admin_kubeconfig_path), "--log-level", "WARNING"], log_path=work / "reconciler.log")
+            (work / "reconciler.yaml").write_text(
+                yaml.safe_dump(
+                    {
+                        "nats": {"servers": [running.nats.url]},
+                        "management_port": reconciler_management,
+                        "sync_resources": {"namespace": "bench", "resync_seconds": 3600, "workers": 16},
+                        "module_templates": {"enabled": True, "resync_seconds": 3600},
+                        "kyma": {"enabled": False},
+                    }
+                )
+            )
+            reconciler = process.ManagedProcess(
+                name="reconciler",
+                argv=[
+                    sys.executable,
+                    "-m",
+                    "reconciler.cli",
+                    "--config",
+                    str(work / "reconciler.yaml"),
+                    "--kcp-kubeconfig",
+                    str(running.kcp.admin_kubeconfig_path),
+                    "--log-level",
+                    "WARNING",
+                ],
+                log_path=work / "reconciler.log",
+            )
             reconciler.start()
             procs.append(reconciler)
             setup_seconds = time.perf_counter() - started
@@ -158,20 +254,48 @@ async def main() -> None:
 
             async def sync_resource(name: str) -> None:
                 async with semaphore:
-                    await kube.request(kcp, "POST", crds.SYNC_RESOURCE.path("bench"), body={
-                        "apiVersion": crds.SYNC_RESOURCE.api_version, "kind": "SyncResource",
-                        "metadata": {"name": name, "namespace": "bench"},
-                        "spec": {"kyma": name, "items": [{"name": "cm", "strategy": "CreateAndSync", "resource": {
-                            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": name},
-                            "data": {"state": "desired"}}}]}})
+                    await kube.request(
+                        kcp,
+                        "POST",
+                        crds.SYNC_RESOURCE.path("bench"),
+                        body={
+                            "apiVersion": crds.SYNC_RESOURCE.api_version,
+                            "kind": "SyncResource",
+                            "metadata": {"name": name, "namespace": "bench"},
+                            "spec": {
+                                "kyma": name,
+                                "items": [
+                                    {
+                                        "name": "cm",
+                                        "strategy": "CreateAndSync",
+                                        "resource": {
+                                            "apiVersion": "v1",
+                                            "kind": "ConfigMap",
+                                            "metadata": {"name": "cm", "namespace": name},
+                                            "data": {"state": "desired"},
+                                        },
+                                    }
+                                ],
+                            },
+                        },
+                    )
 
             await asyncio.gather(*(sync_resource(name) for name in names))
 
             async def count_desired() -> int:
                 total = 0
                 for api in skrs.values():
-                    listing = await kube.request(api, "GET", "/api/v1/configmaps", query=[("labelSelector", "kyma-project.io/synced-by=kyma-sync")])
-                    total += sum(1 for i in listing["items"] if i["metadata"]["name"] == "cm" and (i.get("data") or {}).get("state") == "desired")
+                    listing = await kube.request(
+                        api,
+                        "GET",
+                        "/api/v1/configmaps",
+                        query=[("labelSelector", "kyma-project.io/synced-by=kyma-sync")],
+                    )
+                    total += sum(
+                        1
+                        for i in listing["items"]
+                        if i["metadata"]["name"] == "cm" and (i.get("data") or {}).get("state") == "desired"
+                    )
                 return total
 
             while await count_desired() < len(names):
@@ -187,8 +311,14 @@ async def main() -> None:
                 async def edit(name: str) -> None:
                     async with semaphore:
                         edited[name] = time.perf_counter()
-                        await kube.request(skrs[hosts[name]], "PATCH", f"/api/v1/namespaces/{name}/configmaps/cm",
-                                           body={"data": {"state": value}}, query=[("fieldManager", "kubectl")], content_type=MERGE)
+                        await kube.request(
+                            skrs[hosts[name]],
+                            "PATCH",
+                            f"/api/v1/namespaces/{name}/configmaps/cm",
+                            body={"data": {"state": value}},
+                            query=[("fieldManager", "kubectl")],
+                            content_type=MERGE,
+                        )
 
                 await asyncio.gather(*(edit(name) for name in names))
                 return edited
@@ -199,9 +329,13 @@ async def main() -> None:
                 while len(seen) < len(edited) and time.perf_counter() < deadline:
                     for api in skrs.values():
                         try:
-                            listing = await kube.request(api, "GET", "/api/v1/configmaps",
-                                                         query=[("labelSelector", "kyma-project.io/synced-by=kyma-sync")])
-                        except kube.KubeAPIError:
+                            listing = await kube.request(
+                                api,
+                                "GET",
+                                "/api/v1/configmaps",
+                                query=[("labelSelector", "kyma-project.io/synced-by=kyma-sync")],
+                            )
+                        except kube.KubeError:
                             continue
                         now = time.perf_counter()
                         for item in listing["items"]:
@@ -224,14 +358,25 @@ async def main() -> None:
                 metrics = await asyncio.get_running_loop().run_in_executor(
                     None, lambda: urllib.request.urlopen(url, timeout=5).read().decode()
                 )
-                return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                           if line.startswith('kyma_reconciler_module_templates_reconciles_total{outcome="ok"}'))
+                return sum(
+                    float(line.rsplit(" ", 1)[1])
+                    for line in metrics.splitlines()
+                    if line.startswith('kyma_reconciler_module_templates_reconciles_total{outcome="ok"}')
+                )
 
             before_template = await template_passes()
             template_started = time.perf_counter()
-            await kube.request(kcp, "POST", crds.MODULE_TEMPLATE.path(runtimes.KCP_NAMESPACE), body={
-                "apiVersion": crds.MODULE_TEMPLATE.api_version, "kind": "ModuleTemplate",
-                "metadata": {"name": "bench-template", "namespace": runtimes.KCP_NAMESPACE}, "spec": {"version": "1.0.0"}})
+            await kube.request(
+                kcp,
+                "POST",
+                crds.MODULE_TEMPLATE.path(wire.KCP_NAMESPACE),
+                body={
+                    "apiVersion": crds.MODULE_TEMPLATE.api_version,
+                    "kind": "ModuleTemplate",
+                    "metadata": {"name": "bench-template", "namespace": wire.KCP_NAMESPACE},
+                    "spec": {"version": "1.0.0"},
+                },
+            )
             while await template_passes() - before_template < len(names):
                 if time.perf_counter() - template_started > 300:
                     break
@@ -242,18 +387,28 @@ async def main() -> None:
             if args.faults:
                 by_name = {p.name: p for p in procs}
 
-                def restart(managed: process.ManagedProcess) -> None:
-                    managed.start()
+                def restart_nats() -> None:
+                    running.nats.start()
+                    running.nats.wait_ready()
+
+                def restart_listener() -> None:
+                    by_name["listener"].start()
+                    by_name["listener"].wait_ready(
+                        lambda: net.http_ok(f"http://127.0.0.1:{management}/readyz"), timeout=30
+                    )
 
                 faults: dict[str, tuple[Any, Any, bool]] = {
                     # name: (break, repair, edit while broken? else right after the repair)
-                    "nats": (running.nats.kill, lambda: (running.nats.start(), running.nats.wait_ready()), True),
-                    "listener": (by_name["listener"].kill, lambda: (restart(by_name["listener"]),
-                                 by_name["listener"].wait_ready(lambda: net.http_ok(f"http://127.0.0.1:{management}/readyz"), timeout=30)), True),
-                    "reconciler": (by_name["reconciler"].kill, lambda: restart(by_name["reconciler"]), True),
+                    "nats": (running.nats.kill, restart_nats, True),
+                    "listener": (by_name["listener"].kill, restart_listener, True),
+                    "reconciler": (by_name["reconciler"].kill, by_name["reconciler"].start, True),
                     # While it is down nobody can edit its objects: edit right after it is back, so
                     # the watchers' and the reconciler's broken connections must have recovered.
-                    "runtime-apiserver": (running.runtimes["skr-a"].stop_apiserver, running.runtimes["skr-a"].start_apiserver, False),
+                    "runtime-apiserver": (
+                        running.runtimes["skr-a"].stop_apiserver,
+                        running.runtimes["skr-a"].start_apiserver,
+                        False,
+                    ),
                 }
                 for fault, (break_it, repair, edit_while_broken) in faults.items():
                     break_it()
@@ -280,23 +435,36 @@ async def main() -> None:
             await asyncio.sleep(args.idle_seconds)
             idle_cores = {name: (usage(pid)[0] - idle_before[name]) / args.idle_seconds for name, pid in pids.items()}
             components = {name: usage(pid) for name, pid in pids.items()}
-            print(json.dumps({
-                "runtimes": len(names),
-                "setup_seconds": round(setup_seconds, 1),
-                "convergence_seconds": round(convergence, 2),
-                "drift_edits": len(names),
-                "drift_resets_seen": len(reset_at),
-                "events_lost": len(names) - len(reset_at),
-                "drift_burst_events_per_second": round(len(reset_at) / burst_seconds, 1) if burst_seconds else None,
-                "drift_latency_p50_ms": round(quantiles[49] * 1000, 1),
-                "drift_latency_p95_ms": round(quantiles[94] * 1000, 1),
-                "drift_latency_p99_ms": round(quantiles[98] * 1000, 1),
-                "module_template_change_all_runtimes_seconds": round(template_seconds, 2),
-                "faults": fault_results,
-                "exited_components": [p.name for p in procs if not p.running],
-                "components": {k: {"cpu_seconds": round(c, 1), "rss_mib": round(m, 1),
-                                   "idle_cores": round(idle_cores.get(k, 0.0), 3)} for k, (c, m) in components.items()},
-            }, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "runtimes": len(names),
+                        "setup_seconds": round(setup_seconds, 1),
+                        "convergence_seconds": round(convergence, 2),
+                        "drift_edits": len(names),
+                        "drift_resets_seen": len(reset_at),
+                        "events_lost": len(names) - len(reset_at),
+                        "drift_burst_events_per_second": round(len(reset_at) / burst_seconds, 1)
+                        if burst_seconds
+                        else None,
+                        "drift_latency_p50_ms": round(quantiles[49] * 1000, 1),
+                        "drift_latency_p95_ms": round(quantiles[94] * 1000, 1),
+                        "drift_latency_p99_ms": round(quantiles[98] * 1000, 1),
+                        "module_template_change_all_runtimes_seconds": round(template_seconds, 2),
+                        "faults": fault_results,
+                        "exited_components": [p.name for p in procs if not p.running],
+                        "components": {
+                            k: {
+                                "cpu_seconds": round(c, 1),
+                                "rss_mib": round(m, 1),
+                                "idle_cores": round(idle_cores.get(k, 0.0), 3),
+                            }
+                            for k, (c, m) in components.items()
+                        },
+                    },
+                    indent=2,
+                )
+            )
             for api in skrs.values():
                 await api.close()
     finally:

@@ -25,10 +25,10 @@ import yaml
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from certs import pki
 from clients import kube
 from devenv import kube as kube_mod
 from devenv import net, testbin
+from pki import pki
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -76,17 +76,25 @@ async def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kyma-bench-watcher-"))
     cluster = kube_mod.KubeCluster(
-        name="bench-skr", workdir=work / "skr",
+        name="bench-skr",
+        workdir=work / "skr",
         binaries=testbin.ensure(directory=testbin.default_cache_root() / testbin.K8S_VERSION),
     )
     cluster.start()
     cluster.wait_ready()
 
     runtime_ca, server_ca = pki.create_ca("runtime-ca"), pki.create_ca("ingress-ca")
-    serving, client_cert = pki.loopback_server_cert(server_ca, common_name="sink"), pki.runtime_client_cert(runtime_ca, "bench")
+    serving, client_cert = (
+        pki.loopback_server_cert(server_ca, common_name="sink"),
+        pki.runtime_client_cert(runtime_ca, "bench"),
+    )
     for name, data in {
-        "server.crt": serving.cert_pem, "server.key": serving.key_pem, "runtime-ca.crt": runtime_ca.cert_pem,
-        "ingress-ca.crt": server_ca.cert_pem, "client.crt": client_cert.cert_pem, "client.key": client_cert.key_pem,
+        "server.crt": serving.cert_pem,
+        "server.key": serving.key_pem,
+        "runtime-ca.crt": runtime_ca.cert_pem,
+        "ingress-ca.crt": server_ca.cert_pem,
+        "client.crt": client_cert.cert_pem,
+        "client.key": client_cert.key_pem,
     }.items():
         (work / name).write_bytes(data)
     received = [0]
@@ -107,13 +115,29 @@ async def main() -> None:
     port = net.free_port()
     await web.TCPSite(runner, net.LOOPBACK, port, ssl_context=context).start()
 
-    (work / "watcher.yaml").write_text(yaml.safe_dump({
-        "runtime": "bench",
-        "listeners": [{"url": f"https://{net.LOOPBACK}:{port}"}],
-        "tls": {"cert_file": str(work / "client.crt"), "key_file": str(work / "client.key"), "ca_file": str(work / "ingress-ca.crt")},
-        "watches": [{"version": "v1", "resource": "configmaps", "namespaces": ["bench"], "label_selector": "bench=true", "module": "bench"}],
-        "management_port": 0,
-    }))
+    (work / "watcher.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "runtime": "bench",
+                "listeners": [{"url": f"https://{net.LOOPBACK}:{port}"}],
+                "tls": {
+                    "cert_file": str(work / "client.crt"),
+                    "key_file": str(work / "client.key"),
+                    "ca_file": str(work / "ingress-ca.crt"),
+                },
+                "watches": [
+                    {
+                        "version": "v1",
+                        "resource": "configmaps",
+                        "namespaces": ["bench"],
+                        "label_selector": "bench=true",
+                        "module": "bench",
+                    }
+                ],
+                "management_port": 0,
+            }
+        )
+    )
     watcher: subprocess.Popen[bytes] | None = None
     try:
         async with await kube.api_client(cluster.admin_kubeconfig()) as api:
@@ -122,8 +146,17 @@ async def main() -> None:
                 await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
             await create_many(core, "bench", "burst", args.objects)
             watcher = subprocess.Popen(
-                [sys.executable, "-m", "watcher.cli", "--config", str(work / "watcher.yaml"),
-                 "--kubeconfig", str(cluster.admin_kubeconfig_path), "--log-level", "WARNING"],
+                [
+                    sys.executable,
+                    "-m",
+                    "watcher.cli",
+                    "--config",
+                    str(work / "watcher.yaml"),
+                    "--kubeconfig",
+                    str(cluster.admin_kubeconfig_path),
+                    "--log-level",
+                    "WARNING",
+                ],
             )
             await asyncio.sleep(0)
             cpu_start = cpu_seconds(watcher.pid)
@@ -141,16 +174,21 @@ async def main() -> None:
             idle_before = cpu_seconds(watcher.pid)
             await asyncio.sleep(10)
             idle_cpu = (cpu_seconds(watcher.pid) - idle_before) / 10
-            print(json.dumps({
-                "objects_per_phase": args.objects,
-                "burst_events_per_second": round(args.objects / burst_seconds),
-                "burst_cpu_seconds_per_1000_events": round(cpu_burst / args.objects * 1000, 3),
-                "live_events_per_second": round(args.objects / live_seconds),
-                "live_cpu_seconds_per_1000_events": round(cpu_live / args.objects * 1000, 3),
-                "idle_cpu_fraction_of_a_core": round(idle_cpu, 4),
-                "watcher_rss_mib": round(rss_mib(watcher.pid), 1),
-                "note": "burst includes process start-up and the initial list",
-            }, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "objects_per_phase": args.objects,
+                        "burst_events_per_second": round(args.objects / burst_seconds),
+                        "burst_cpu_seconds_per_1000_events": round(cpu_burst / args.objects * 1000, 3),
+                        "live_events_per_second": round(args.objects / live_seconds),
+                        "live_cpu_seconds_per_1000_events": round(cpu_live / args.objects * 1000, 3),
+                        "idle_cpu_fraction_of_a_core": round(idle_cpu, 4),
+                        "watcher_rss_mib": round(rss_mib(watcher.pid), 1),
+                        "note": "burst includes process start-up and the initial list",
+                    },
+                    indent=2,
+                )
+            )
     finally:
         if watcher is not None:
             watcher.terminate()

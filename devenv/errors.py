@@ -1,9 +1,9 @@
 """Errors of the local landscape.
 
-    DevenvError
-     ├── TestbinMissingError   kube-apiserver/etcd binaries are not built and building is off
-     ├── TestbinBuildError     building them from the Go module proxy failed
-     └── StartError            a process exited or did not become ready
+DevenvError
+ ├── TestbinMissingError   kube-apiserver/etcd binaries are not built and building is off
+ ├── TestbinBuildError     building them from the Go module proxy failed
+ └── StartError            a process exited or did not become ready
 """
 
 

@@ -10,8 +10,8 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from certs import kubeconfigs, pki
 from devenv import net, process, testbin
+from pki import kubeconfigs, pki
 
 _ETCD_READY_TIMEOUT = 30.0
 _APISERVER_READY_TIMEOUT = 90.0
@@ -34,9 +34,7 @@ class KubeCluster:
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.ca = pki.create_ca(f"{self.name}-ca")
-        self.admin = pki.issue(
-            self.ca, common_name=ADMIN_USER, organizations=["system:masters"], client=True
-        )
+        self.admin = pki.issue(self.ca, common_name=ADMIN_USER, organizations=["system:masters"], client=True)
         serving = pki.loopback_server_cert(self.ca, common_name=f"{self.name}-apiserver")
         sa_private, sa_public = pki.signing_key_pem()
         for file_name, content in {
@@ -74,15 +72,23 @@ class KubeCluster:
             name=f"{self.name}/etcd",
             argv=[
                 str(self.binaries.etcd),
-                "--name", self.name,
-                "--data-dir", str(self.workdir / "etcd"),
-                "--listen-client-urls", etcd_url,
-                "--advertise-client-urls", etcd_url,
-                "--listen-peer-urls", f"http://{net.LOOPBACK}:{self.etcd_peer_port}",
-                "--initial-advertise-peer-urls", f"http://{net.LOOPBACK}:{self.etcd_peer_port}",
-                "--initial-cluster", f"{self.name}=http://{net.LOOPBACK}:{self.etcd_peer_port}",
+                "--name",
+                self.name,
+                "--data-dir",
+                str(self.workdir / "etcd"),
+                "--listen-client-urls",
+                etcd_url,
+                "--advertise-client-urls",
+                etcd_url,
+                "--listen-peer-urls",
+                f"http://{net.LOOPBACK}:{self.etcd_peer_port}",
+                "--initial-advertise-peer-urls",
+                f"http://{net.LOOPBACK}:{self.etcd_peer_port}",
+                "--initial-cluster",
+                f"{self.name}=http://{net.LOOPBACK}:{self.etcd_peer_port}",
                 "--unsafe-no-fsync=true",
-                "--log-level", "warn",
+                "--log-level",
+                "warn",
             ],
             log_path=self.workdir / "etcd.log",
         )
@@ -91,22 +97,36 @@ class KubeCluster:
             name=f"{self.name}/kube-apiserver",
             argv=[
                 str(self.binaries.kube_apiserver),
-                "--etcd-servers", etcd_url,
-                "--bind-address", net.LOOPBACK,
-                "--advertise-address", net.LOOPBACK,
-                "--secure-port", str(self.port),
-                "--tls-cert-file", str(self.workdir / "apiserver.crt"),
-                "--tls-private-key-file", str(self.workdir / "apiserver.key"),
-                "--client-ca-file", str(self.workdir / "ca.crt"),
-                "--service-cluster-ip-range", "10.0.0.0/24",
+                "--etcd-servers",
+                etcd_url,
+                "--bind-address",
+                net.LOOPBACK,
+                "--advertise-address",
+                net.LOOPBACK,
+                "--secure-port",
+                str(self.port),
+                "--tls-cert-file",
+                str(self.workdir / "apiserver.crt"),
+                "--tls-private-key-file",
+                str(self.workdir / "apiserver.key"),
+                "--client-ca-file",
+                str(self.workdir / "ca.crt"),
+                "--service-cluster-ip-range",
+                "10.0.0.0/24",
                 "--allow-privileged=true",
-                "--authorization-mode", "RBAC",
-                "--disable-admission-plugins", "ServiceAccount",
-                "--service-account-issuer", f"{self.server}/",
-                "--service-account-key-file", str(self.workdir / "sa.pub"),
-                "--service-account-signing-key-file", str(self.workdir / "sa.key"),
+                "--authorization-mode",
+                "RBAC",
+                "--disable-admission-plugins",
+                "ServiceAccount",
+                "--service-account-issuer",
+                f"{self.server}/",
+                "--service-account-key-file",
+                str(self.workdir / "sa.pub"),
+                "--service-account-signing-key-file",
+                str(self.workdir / "sa.key"),
                 "--enable-priority-and-fairness=false",
-                "--v", "0",
+                "--v",
+                "0",
             ],
             log_path=self.workdir / "kube-apiserver.log",
         )

@@ -53,10 +53,7 @@ def start(
         workdir=workdir,
         nats=nats.NatsServer(workdir=workdir / "nats"),
         kcp=kube.KubeCluster(name="kcp", workdir=workdir / "kcp", binaries=binaries),
-        runtimes={
-            name: kube.KubeCluster(name=name, workdir=workdir / name, binaries=binaries)
-            for name in runtimes
-        },
+        runtimes={name: kube.KubeCluster(name=name, workdir=workdir / name, binaries=binaries) for name in runtimes},
     )
     began = time.monotonic()
     try:

@@ -47,10 +47,14 @@ class NatsServer:
             argv=[
                 str(find_nats_server()),
                 "-js",
-                "-sd", str(self.workdir / "jetstream"),
-                "-a", net.LOOPBACK,
-                "-p", str(self.port),
-                "-m", str(self.monitor_port),
+                "-sd",
+                str(self.workdir / "jetstream"),
+                "-a",
+                net.LOOPBACK,
+                "-p",
+                str(self.port),
+                "-m",
+                str(self.monitor_port),
             ],
             log_path=self.workdir / "nats.log",
         )

@@ -2,8 +2,6 @@
 
 from typing import Any
 
-from kubernetes_asyncio import client
-
 from clients import kube
 from reconciler import crds
 
@@ -11,7 +9,7 @@ from reconciler import crds
 class PeeringManager:
     """cloud-manager's part in KCP: every mirrored VpcPeering gets a status (an informer handler)."""
 
-    def __init__(self, kcp: client.ApiClient) -> None:
+    def __init__(self, kcp: kube.ApiClient) -> None:
         self._kcp = kcp
 
     @staticmethod
@@ -26,8 +24,8 @@ class PeeringManager:
         if kind == "DELETED" or obj.get("status"):
             return
         metadata = obj["metadata"]
-        await kube.request(
-            self._kcp, "PATCH", f"{crds.VPC_PEERING.path(metadata['namespace'])}/{metadata['name']}/status",
-            body={"status": {"state": "Ready", "peeringId": self.peering_id(obj)}},
-            content_type="application/merge-patch+json",
+        await kube.merge_patch(
+            self._kcp,
+            crds.VPC_PEERING.object_path(metadata["namespace"], metadata["name"], subresource="status"),
+            {"status": {"state": "Ready", "peeringId": self.peering_id(obj)}},
         )

@@ -48,7 +48,9 @@ def ensure_helm(*, directory: Path, version: str = HELM_VERSION) -> Path:
         ["go", "install", f"{HELM_MODULE}@{version}"], env={**os.environ, "GOBIN": str(helm.parent)}, check=False
     )
     if result.returncode != 0 or not os.access(helm, os.X_OK):
-        raise errors.TestbinBuildError(f"building helm {version} failed (exit {result.returncode}); the go output above says why")
+        raise errors.TestbinBuildError(
+            f"building helm {version} failed (exit {result.returncode}); the go output above says why"
+        )
     return helm
 
 
@@ -71,7 +73,6 @@ def ensure(*, directory: Path, version: str = K8S_VERSION, build: bool = True) -
     result = subprocess.run(["bash", str(_BUILD_SCRIPT), version, str(directory)], check=False)
     if result.returncode != 0 or not binaries.complete():
         raise errors.TestbinBuildError(
-            f"building kube-apiserver/etcd {version} failed (exit {result.returncode}); "
-            "the go output above says why"
+            f"building kube-apiserver/etcd {version} failed (exit {result.returncode}); the go output above says why"
         )
     return binaries

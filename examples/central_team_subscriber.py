@@ -34,8 +34,18 @@ async def receive(*, servers: list[str], module: str, durable: str, limit: int |
                 continue
             for message in messages:
                 event = events.decode(message.data)
-                print(json.dumps({"runtime": event.runtime, "kind": event.target.kind, "name": event.target.name,
-                                  "change": event.change_type.value, "event_id": event.id}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "runtime": event.runtime,
+                            "kind": event.target.kind,
+                            "name": event.target.name,
+                            "change": event.change_type.value,
+                            "event_id": event.id,
+                        }
+                    ),
+                    flush=True,
+                )
                 await message.ack()
                 handled += 1
     finally:

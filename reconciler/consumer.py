@@ -1,9 +1,17 @@
-"""Consuming change events from JetStream with a durable pull consumer.
+"""Consuming change events from JetStream: one durable pull consumer per module.
 
-Outcomes are decided in one place: the handler returns ACK (done), NAK (try again later, with a
-backoff that grows with the delivery count) or TERM (never redeliver: a poison message). An
-undecodable message is TERM; a handler that raises is NAK. Each message gets a consumer span
-continuing the trace from its headers. The connection is retried until NATS is there.
+What happens to a message is decided in one place, ``settlement``: ACK when the reconciles it
+triggered succeeded (or it concerns nothing of ours), NAK with the work queue's own retry delay
+when they failed, TERM for a terminal failure (invalid input waits for a new trigger), and
+DEAD_LETTER once an event has been delivered ``max_deliveries`` times, or cannot be an event
+at all: it is published to ``kyma.deadletter.<module>.<runtime>`` with the reason, counted,
+and terminated, so one event that never succeeds cannot hold a slot forever.
+
+Messages are handled each on their own (no batch waits for its slowest member), at most
+``max_in_flight`` at once; while a handler works its message's ack timer is kept alive, so a
+long reconcile is never mistaken for a lost one. Each message gets a consumer span continuing
+the trace from its headers. On stop no new message is fetched, and those in flight are settled
+before the connection closes (the work queue answers them within its grace period).
 """
 
 import asyncio
@@ -12,28 +20,39 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable
 
-import nats.errors
-from nats.aio.msg import Msg
-from nats.js import api as js_api
 from opentelemetry import trace
+from prometheus_client import CollectorRegistry, Counter
 
 from clients import bus
 from contract import errors as contract_errors
-from contract import events
+from contract import events, subjects
 from kit import aio
 from observability import tracing
+from reconciler import workqueue
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("kyma.reconciler")
 
+DEAD_LETTER_REASON = "Kyma-Dead-Letter-Reason"
+ORIGINAL_SUBJECT = "Kyma-Original-Subject"
+DELIVERIES = "Kyma-Deliveries"
 
-class Outcome(enum.StrEnum):
+
+class Action(enum.StrEnum):
     ACK = "ack"
     NAK = "nak"
     TERM = "term"
+    DEAD_LETTER = "dead_letter"
 
 
-Handler = Callable[[events.ChangeEvent], Awaitable[Outcome]]
+@dataclasses.dataclass(frozen=True)
+class Settlement:
+    action: Action
+    delay: float = 0.0
+    reason: str = ""
+
+
+Handler = Callable[[events.ChangeEvent], Awaitable[workqueue.Result | None]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,76 +60,174 @@ class ConsumerSettings:
     servers: tuple[str, ...]
     subject: str
     durable: str
-    stream: str = "KYMA_EVENTS"
+    stream: str
+    max_deliveries: int = 8
+    ack_wait_seconds: float = 30
+    max_in_flight: int = 256
     batch: int = 64
-    ack_wait_seconds: float = 60
-    max_deliver: int = -1
     nak_delay_initial: float = 0.5
-    nak_delay_max: float = 30
+    nak_delay_max: float = 300
+
+
+class ConsumerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.messages = Counter(
+            "kyma_reconciler_events",
+            "Events settled, by module and action (ack, nak, term, dead_letter)",
+            ["module", "action"],
+            registry=registry,
+        )
+        self.dead_letters = Counter(
+            "kyma_reconciler_dead_letters",
+            "Events sent to the dead-letter subject, by module",
+            ["module"],
+            registry=registry,
+        )
 
 
 def nak_delay(deliveries: int, settings: ConsumerSettings) -> float:
-    return float(min(settings.nak_delay_max, settings.nak_delay_initial * 2 ** max(0, deliveries - 1)))
+    return float(min(settings.nak_delay_max, settings.nak_delay_initial * 2 ** min(max(0, deliveries - 1), 32)))
 
 
-async def _settle(message: Msg, handler: Handler, settings: ConsumerSettings) -> Outcome:
-    headers = message.headers or {}
+def settlement(result: workqueue.Result | None, *, deliveries: int, settings: ConsumerSettings) -> Settlement:
+    """The one mapping from a handler's outcome to what happens to the message."""
+    if result is None or result.ok:
+        return Settlement(Action.ACK)
+    if result.terminal:
+        return Settlement(Action.TERM, reason=result.error or "")
+    if deliveries >= settings.max_deliveries:
+        return Settlement(Action.DEAD_LETTER, reason=f"failed {deliveries} times, last: {result.error}")
+    delay = result.requeue_after if result.requeue_after else nak_delay(deliveries, settings)
+    return Settlement(Action.NAK, delay=delay, reason=result.error or "")
+
+
+async def _with_heartbeat(
+    delivery: bus.Delivery, work: Awaitable[workqueue.Result | None], *, every: float
+) -> workqueue.Result | None:
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every)
+            if done:
+                return task.result()
+            try:
+                await delivery.in_progress()
+            except bus.BusUnavailableError:
+                pass  # redelivered later if the connection is really gone
+    finally:
+        task.cancel()
+
+
+async def _outcome(
+    delivery: bus.Delivery, handler: Handler, settings: ConsumerSettings, span: trace.Span
+) -> Settlement:
+    if delivery.deliveries > settings.max_deliveries:
+        return Settlement(Action.DEAD_LETTER, reason=f"delivered {delivery.deliveries} times without being settled")
+    try:
+        event = events.decode(delivery.data)
+    except contract_errors.ContractError as exc:
+        return Settlement(Action.DEAD_LETTER, reason=f"not a change event: {exc}")
+    if event.subject != delivery.subject:
+        return Settlement(
+            Action.DEAD_LETTER, reason=f"published on {delivery.subject}, but the event is for {event.subject}"
+        )
+    span.set_attributes({"kyma.event_id": event.id, "kyma.runtime": event.runtime})
+    try:
+        result = await _with_heartbeat(delivery, handler(event), every=settings.ack_wait_seconds / 3)
+    except Exception as exc:  # the guard: a failing handler is retried, not fatal
+        log.exception("event handler failed", extra={"event_id": event.id})
+        span.record_exception(exc)
+        result = workqueue.Result.failed(repr(exc))
+    return settlement(result, deliveries=delivery.deliveries, settings=settings)
+
+
+async def _settle(
+    delivery: bus.Delivery, handler: Handler, connection: bus.Bus, settings: ConsumerSettings, metrics: ConsumerMetrics
+) -> None:
+    module = delivery.subject.split(".")[-2] if delivery.subject.count(".") >= 3 else "unknown"
     with tracer.start_as_current_span(
-        f"consume {message.subject}", context=tracing.extract(headers), kind=trace.SpanKind.CONSUMER
+        f"consume {delivery.subject}", context=tracing.extract(delivery.headers), kind=trace.SpanKind.CONSUMER
     ) as span:
+        decided = await _outcome(delivery, handler, settings, span)
         try:
-            event = events.decode(message.data)
-        except contract_errors.ContractError as exc:
-            log.error("undecodable event, dropping", extra={"subject": message.subject, "error": str(exc)})
-            await message.term()
-            return Outcome.TERM
-        span.set_attributes({"kyma.event_id": event.id, "kyma.runtime": event.runtime})
-        try:
-            outcome = await handler(event)
-        except Exception as exc:  # the guard: a failing handler is retried, not fatal
-            log.exception("event handler failed", extra={"event_id": event.id})
-            span.record_exception(exc)
-            outcome = Outcome.NAK
-        if outcome == Outcome.ACK:
-            await message.ack()
-        elif outcome == Outcome.TERM:
-            await message.term()
-        else:
-            await message.nak(delay=nak_delay(message.metadata.num_delivered or 1, settings))
-        span.set_attribute("kyma.outcome", outcome.value)
-        return outcome
+            if decided.action == Action.DEAD_LETTER:
+                decided = await _dead_letter(delivery, decided, connection, settings)
+            if decided.action == Action.ACK:
+                await delivery.ack()
+            elif decided.action in (Action.TERM, Action.DEAD_LETTER):
+                await delivery.term()
+            else:
+                await delivery.nak(delay=decided.delay)
+        except bus.BusUnavailableError as exc:
+            log.warning("could not settle an event; it will be redelivered", extra={"error": str(exc)})
+        span.set_attribute("kyma.outcome", decided.action.value)
+        metrics.messages.labels(module, decided.action.value).inc()
+        if decided.action == Action.DEAD_LETTER:
+            metrics.dead_letters.labels(module).inc()
 
 
-async def consume(settings: ConsumerSettings, handler: Handler, *, stop: asyncio.Event) -> None:
+async def _dead_letter(
+    delivery: bus.Delivery, decided: Settlement, connection: bus.Bus, settings: ConsumerSettings
+) -> Settlement:
+    """Publish to the dead-letter subject; if even that fails, keep the message (nak) rather than lose it."""
+    subject = subjects.dead_letter_subject(delivery.subject)
+    log.error(
+        "event sent to the dead-letter subject",
+        extra={"subject": delivery.subject, "dead_letter_subject": subject, "reason": decided.reason},
+    )
+    try:
+        await connection.publish(
+            subject=subject,
+            payload=delivery.data,
+            msg_id=f"{delivery.headers.get(bus.MSG_ID_HEADER, '')}-{settings.durable}",
+            headers={
+                DEAD_LETTER_REASON: decided.reason[:1024],
+                ORIGINAL_SUBJECT: delivery.subject,
+                DELIVERIES: str(delivery.deliveries),
+            },
+            timeout=5,
+        )
+    except bus.BusUnavailableError as exc:
+        log.error("dead-letter publish failed, keeping the event", extra={"error": str(exc)})
+        return Settlement(Action.NAK, delay=nak_delay(delivery.deliveries, settings), reason=decided.reason)
+    return decided
+
+
+async def consume(
+    settings: ConsumerSettings, handler: Handler, *, metrics: ConsumerMetrics, stop: asyncio.Event
+) -> None:
     backoff = aio.Backoff(initial=0.5)
-    while True:
+    while not stop.is_set():
         connection = await bus.connect_retrying(
             list(settings.servers), name=f"kyma-reconciler-{settings.durable}", stop=stop
         )
         if connection is None:
             return
+        in_flight: set[asyncio.Task[None]] = set()
         try:
-            js = connection.jetstream()
-            subscription = await js.pull_subscribe(
-                settings.subject,
-                durable=settings.durable,
-                stream=settings.stream,
-                config=js_api.ConsumerConfig(
-                    ack_policy=js_api.AckPolicy.EXPLICIT,
-                    ack_wait=settings.ack_wait_seconds,
-                    max_deliver=settings.max_deliver,
-                    max_ack_pending=settings.batch * 4,
-                ),
+            pull = await connection.pull_consumer(
+                bus.ConsumerSettings(
+                    stream=settings.stream,
+                    durable=settings.durable,
+                    filter_subject=settings.subject,
+                    ack_wait_seconds=settings.ack_wait_seconds,
+                    max_ack_pending=settings.max_in_flight,
+                )
             )
             backoff.reset()
             while not stop.is_set():
-                try:
-                    messages = await subscription.fetch(settings.batch, timeout=1)
-                except nats.errors.TimeoutError:
+                free = settings.max_in_flight - len(in_flight)
+                if free <= 0:
+                    await asyncio.wait(in_flight, timeout=1, return_when=asyncio.FIRST_COMPLETED)
                     continue
-                await asyncio.gather(*(_settle(m, handler, settings) for m in messages))
-        except (nats.errors.Error, asyncio.TimeoutError) as exc:
-            log.warning("consumer interrupted, reconnecting", extra={"durable": settings.durable, "error": repr(exc)})
+                for delivery in await pull.fetch(min(settings.batch, free), timeout=1):
+                    task = asyncio.create_task(_settle(delivery, handler, connection, settings, metrics))
+                    in_flight.add(task)
+                    task.add_done_callback(in_flight.discard)
+        except bus.BusUnavailableError as exc:
+            log.warning("consumer interrupted, reconnecting", extra={"durable": settings.durable, "error": str(exc)})
             await aio.sleep_unless(stop, backoff.delay())
         finally:
+            if in_flight:
+                await asyncio.gather(*in_flight, return_exceptions=True)
             await connection.close()

@@ -7,28 +7,35 @@ from typing import Any
 
 import yaml
 
-from kubernetes_asyncio import client
-
 from clients import kube
+from reconciler import model
 
 GROUP = "operator.kyma-project.io"
 SYNC_RESOURCE = kube.Gvr(GROUP, "v1alpha1", "syncresources")
+SYNC_BINDING = kube.Gvr(GROUP, "v1alpha1", "syncbindings")
 KYMA = kube.Gvr(GROUP, "v1beta2", "kymas")
 MODULE_TEMPLATE = kube.Gvr(GROUP, "v1beta2", "moduletemplates")
 VPC_PEERING = kube.Gvr("cloud-resources.kyma-project.io", "v1beta1", "vpcpeerings")
 
 _OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-_STATES = ["Ready", "Processing", "Warning", "Error", "Deleting"]
 
 
-def _crd(*, gvr: kube.Gvr, kind: str, short: str, schema: dict[str, Any], printer: list[dict[str, Any]]) -> dict[str, Any]:
+def _crd(
+    *,
+    gvr: kube.Gvr,
+    kind: str,
+    short: str,
+    schema: dict[str, Any],
+    printer: list[dict[str, Any]],
+    scope: str = "Namespaced",
+) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{gvr.resource}.{gvr.group}"},
         "spec": {
             "group": gvr.group,
-            "scope": "Namespaced",
+            "scope": scope,
             "names": {"kind": kind, "plural": gvr.resource, "singular": kind.lower(), "shortNames": [short]},
             "versions": [
                 {
@@ -44,9 +51,10 @@ def _crd(*, gvr: kube.Gvr, kind: str, short: str, schema: dict[str, Any], printe
     }
 
 
-def sync_resource_crd() -> dict[str, Any]:
-    selector = {
+def _selector(description: str) -> dict[str, Any]:
+    return {
         "type": "object",
+        "description": description,
         "properties": {
             "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
             "matchExpressions": {
@@ -63,14 +71,57 @@ def sync_resource_crd() -> dict[str, Any]:
             },
         },
     }
+
+
+def _string(pattern: str, max_length: int, description: str) -> dict[str, Any]:
+    return {"type": "string", "pattern": pattern, "maxLength": max_length, "description": description}
+
+
+def sync_resource_crd() -> dict[str, Any]:
+    resource = {
+        "type": "object",
+        "description": "The object to keep in the runtime (or, for Delete, the object to remove).",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "required": ["apiVersion", "kind", "metadata"],
+        "properties": {
+            "apiVersion": _string(model.API_VERSION, 316, "group/version, or version for the core group"),
+            "kind": _string(model.KIND, 63, "the kind"),
+            "metadata": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+                "required": ["name"],
+                "properties": {
+                    "name": _string(model.DNS_SUBDOMAIN, 253, "the object's name in the runtime"),
+                    "namespace": _string(model.DNS_LABEL, 63, "its namespace (namespaced kinds; default: default)"),
+                },
+            },
+        },
+    }
     item = {
         "type": "object",
         "required": ["name", "strategy", "resource"],
         "properties": {
-            "name": {"type": "string", "minLength": 1, "maxLength": 253},
-            "strategy": {"type": "string", "enum": ["CreateAndSync", "CreateAndIgnore", "Delete"]},
-            "resource": _OBJECT,
-            "subresource": _OBJECT,
+            "name": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 253,
+                "description": "the item's name, unique in the list",
+            },
+            "strategy": {
+                "type": "string",
+                "enum": [s.value for s in model.Strategy],
+                "description": "CreateAndSync: keep identical (drift is reset). CreateAndIgnore: create, recreate when "
+                "deleted, leave edits alone. Delete: ensure the object is gone.",
+            },
+            "resource": resource,
+            "subresource": {**_OBJECT, "description": "subresources to apply after the object, e.g. {status: {...}}"},
+            "adoption": {
+                "type": "string",
+                "enum": [a.value for a in model.Adoption],
+                "default": model.Adoption.NEVER.value,
+                "description": "Never: an existing object without kyma-sync's owner marker is left alone (Warning). "
+                "IfUnmanaged: take such an object over (Delete: delete it). Objects of another SyncResource never are.",
+            },
         },
     }
     schema = {
@@ -80,11 +131,22 @@ def sync_resource_crd() -> dict[str, Any]:
                 "type": "object",
                 "required": ["items"],
                 "x-kubernetes-validations": [
-                    {"rule": "has(self.kyma) != has(self.target)", "message": "set exactly one of spec.kyma and spec.target"}
+                    {
+                        "rule": "has(self.kyma) != has(self.target)",
+                        "message": "set exactly one of spec.kyma and spec.target",
+                    }
                 ],
                 "properties": {
-                    "kyma": {"type": "string", "minLength": 1},
-                    "target": {"type": "object", "required": ["selector"], "properties": {"selector": selector}},
+                    "kyma": {
+                        **_string(model.DNS_SUBDOMAIN, 253, "the one runtime (Kyma name) to sync to"),
+                        "minLength": 1,
+                    },
+                    "target": {
+                        "type": "object",
+                        "required": ["selector"],
+                        "description": "a group of runtimes",
+                        "properties": {"selector": _selector("runtimes whose Kyma CR has these labels")},
+                    },
                     "items": {
                         "type": "array",
                         "maxItems": 2000,
@@ -102,6 +164,53 @@ def sync_resource_crd() -> dict[str, Any]:
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     return _crd(gvr=SYNC_RESOURCE, kind="SyncResource", short="sr", schema=schema, printer=printer)
+
+
+def _kind_rules(description: str) -> dict[str, Any]:
+    return {
+        "type": "array",
+        "description": description,
+        "items": {
+            "type": "object",
+            "required": ["kind"],
+            "properties": {
+                "group": {"type": "string", "description": 'API group ("" for the core group)'},
+                "kind": _string(model.KIND, 63, "the kind (or its plural)"),
+            },
+        },
+    }
+
+
+def sync_binding_crd() -> dict[str, Any]:
+    """Tenancy: which KCP namespaces may sync what to which runtimes (cluster-scoped: admins only)."""
+    spec = {
+        "type": "object",
+        "required": ["namespaces", "runtimeSelector"],
+        "properties": {
+            "namespaces": {
+                "type": "array",
+                "minItems": 1,
+                "items": _string(model.DNS_LABEL, 63, "a KCP namespace"),
+                "description": "KCP namespaces whose SyncResources this binding admits",
+            },
+            "runtimeSelector": _selector("runtimes (by Kyma labels) they may target; {} selects every runtime"),
+            "kinds": _kind_rules("kinds they may sync; empty: every kind not denied"),
+            "deniedKinds": _kind_rules("kinds they may never sync"),
+            "targetNamespaces": {
+                "type": "array",
+                "items": _string(model.DNS_LABEL, 63, "a runtime namespace"),
+                "description": "runtime namespaces objects may go to; empty: any but kube-system, kube-public, kube-node-lease",
+            },
+            "allowPrivileged": {
+                "type": "boolean",
+                "default": False,
+                "description": "allow cluster-admin-equivalent objects: CRDs, webhooks, cluster RBAC, privileged pods",
+            },
+        },
+    }
+    schema = {"type": "object", "properties": {"spec": spec}, "required": ["spec"]}
+    printer = [{"name": "Namespaces", "type": "string", "jsonPath": ".spec.namespaces"}]
+    return _crd(gvr=SYNC_BINDING, kind="SyncBinding", short="sb", schema=schema, printer=printer, scope="Cluster")
 
 
 def kyma_crd() -> dict[str, Any]:
@@ -151,32 +260,26 @@ def vpc_peering_crd() -> dict[str, Any]:
 CRDS = kube.Gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 
 
-async def install(api: client.ApiClient, definitions: list[dict[str, Any]], *, timeout: float = 30) -> None:
+async def install(api: kube.ApiClient, definitions: list[dict[str, Any]], *, timeout: float = 30) -> None:
     """Create or update the CRDs and wait until the apiserver serves them."""
     for definition in definitions:
-        name = definition["metadata"]["name"]
-        try:
-            await kube.request(api, "POST", CRDS.path(), body=definition)
-        except kube.ConflictError:
-            current = await kube.request(api, "GET", f"{CRDS.path()}/{name}")
-            metadata = {**definition["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}
-            await kube.request(api, "PUT", f"{CRDS.path()}/{name}", body={**definition, "metadata": metadata})
+        await kube.create_or_replace(api, CRDS.path(), definition)
     deadline = asyncio.get_running_loop().time() + timeout
     for definition in definitions:
         name = definition["metadata"]["name"]
         while True:
-            crd = await kube.request(api, "GET", f"{CRDS.path()}/{name}")
+            crd = await kube.request(api, "GET", CRDS.object_path(None, name))
             conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
             if conditions.get("Established") == "True":
                 break
             if asyncio.get_running_loop().time() > deadline:
-                raise kube.KubeAPIError(0, f"CRD {name} not established within {timeout:.0f}s")
+                raise kube.ApiError(503, f"CRD {name} not established within {timeout:.0f}s")
             await asyncio.sleep(0.1)
 
 
 def kcp_crds() -> list[dict[str, Any]]:
     """The CRDs the reconciler chart ships (`python -m reconciler.crds DIR` writes them)."""
-    return [sync_resource_crd(), kyma_crd(), module_template_crd()]
+    return [sync_resource_crd(), sync_binding_crd(), kyma_crd(), module_template_crd()]
 
 
 def write(directory: Path) -> list[Path]:
@@ -184,8 +287,10 @@ def write(directory: Path) -> list[Path]:
     written = []
     for definition in kcp_crds():
         path = directory / f"{definition['metadata']['name']}.yaml"
-        path.write_text("# Generated by `python -m reconciler.crds charts/kyma-reconciler/crds`; do not edit.\n"
-                        + yaml.safe_dump(definition, sort_keys=False))
+        path.write_text(
+            "# Generated by `python -m reconciler.crds charts/kyma-reconciler/crds`; do not edit.\n"
+            + yaml.safe_dump(definition, sort_keys=False)
+        )
         written.append(path)
     return written
 

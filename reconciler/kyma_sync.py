@@ -9,29 +9,32 @@ runtime's status subresource.
 
 from typing import Any
 
-from clients import kube
-from reconciler import crds, manager, objects, per_runtime, runtime_clients, sync_resources, workqueue
+from clients import kube, objects
+from contract import ids, wire
+from reconciler import crds, per_runtime, runtime_clients, settings, workqueue
+from reconciler.shared import Shared
 
 RUNTIME_NAMESPACE = "kyma-system"
 RUNTIME_NAME = "default"
 
 
 class KymaController(per_runtime.PerRuntimeController):
+    gvr = crds.KYMA
     kind = "Kyma"
 
-    def __init__(self, shared: manager.Shared, settings: per_runtime.PerRuntimeSettings) -> None:
-        super().__init__(shared, settings, name="kyma")
+    def __init__(self, shared: Shared, config: settings.PerRuntimeSettings, *, events_module: str) -> None:
+        super().__init__(shared, config, name="kyma", events_module=events_module)
 
-    async def reconcile(self, runtime: str) -> workqueue.Result:
-        kyma = self._shared.kymas.get(runtime)
+    async def reconcile(self, runtime: ids.RuntimeId) -> workqueue.Result:
+        kyma = self.shared.kyma(runtime)
         if kyma is None:
             return workqueue.Result()
         try:
-            handle = await self._shared.clients.get(runtime)
+            handle = await self.shared.clients.get(runtime)
             await self.prepare(handle, definitions=[crds.kyma_crd()], namespace=RUNTIME_NAMESPACE)
             await self._sync(handle.objects, kyma)
-        except (runtime_clients.RuntimeUnavailableError, kube.KubeAPIError, objects.UnknownKindError) as exc:
-            return workqueue.Result(error=f"{runtime}: {exc}")
+        except (runtime_clients.RuntimeUnavailableError, kube.KubeError, objects.UnknownKindError) as exc:
+            return workqueue.Result.failed(f"{runtime}: {exc}")
         return workqueue.Result()
 
     async def _sync(self, cluster: objects.ClusterObjects, kyma: dict[str, Any]) -> None:
@@ -40,16 +43,20 @@ class KymaController(per_runtime.PerRuntimeController):
         metadata = {
             "name": RUNTIME_NAME,
             "namespace": RUNTIME_NAMESPACE,
-            "labels": {sync_resources.SYNCED_LABEL: sync_resources.SYNCED_VALUE},
+            "labels": {wire.SYNCED_LABEL: wire.SYNCED_VALUE},
         }
         api_version = crds.KYMA.api_version
-        await cluster.apply({"apiVersion": api_version, "kind": "Kyma", "metadata": metadata, "spec": desired_spec})
+        await cluster.apply({"apiVersion": api_version, "kind": self.kind, "metadata": metadata, "spec": desired_spec})
         status = kyma.get("status")
         if status:
-            current = await cluster.get(objects.Ref(api_version, "Kyma", RUNTIME_NAMESPACE, RUNTIME_NAME))
+            current = await cluster.get(objects.Ref(api_version, self.kind, RUNTIME_NAMESPACE, RUNTIME_NAME))
             if (current or {}).get("status") != status:
                 await cluster.apply(
-                    {"apiVersion": api_version, "kind": "Kyma",
-                     "metadata": {"name": RUNTIME_NAME, "namespace": RUNTIME_NAMESPACE}, "status": status},
+                    {
+                        "apiVersion": api_version,
+                        "kind": self.kind,
+                        "metadata": {"name": RUNTIME_NAME, "namespace": RUNTIME_NAMESPACE},
+                        "status": status,
+                    },
                     subresource="status",
                 )

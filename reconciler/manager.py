@@ -1,143 +1,95 @@
-"""What every controller shares, and the one place watcher events are routed.
+"""Runs the controllers and is the one place watcher events are routed.
 
-The manager follows Kyma CRs (the runtimes KCP knows) and the reconcilers' kubeconfig Secrets
-(rebuilding a runtime's client when its Secret changes), tells each controller when a runtime
-changed, and consumes every module subject a controller asks for with one durable consumer per
-module, handing each event to the controllers that route it. A message is acked only when all
-of them succeeded.
+The manager owns the informers every controller reads (Kyma CRs: the runtimes KCP knows; the
+reconcilers' kubeconfig Secrets, rebuilding a runtime's client when its Secret changes), tells
+each controller when a runtime changed, and consumes every module subject a controller asks for
+with one durable consumer per module, handing each event to the controllers that want it. The
+message's outcome combines theirs: it is acked only when all of them succeeded.
+
+Readiness is the caches: until every informer has listed once the manager is not ready, and no
+controller reconciles.
 """
 
 import asyncio
-import dataclasses
 import logging
-from typing import Any, Protocol
+from typing import Any
 
-from kubernetes_asyncio import client
-from prometheus_client import CollectorRegistry
-
-from certs import runtimes
-from clients import informer, kube
-from contract import events, ids, subjects
-from kit import aio
-from reconciler import consumer, crds, runtime_clients
+from clients import informer
+from contract import events, ids, subjects, wire
+from reconciler import consumer, controller, crds, workqueue
+from reconciler.shared import Shared
 
 log = logging.getLogger(__name__)
 
-SECRETS = kube.Gvr("", "v1", "secrets")
-
-
-class Controller(Protocol):
-    modules: frozenset[str]
-    """Event modules whose events this controller wants."""
-
-    async def run(self, *, stop: asyncio.Event) -> None: ...
-
-    def runtime_changed(self, runtime: str) -> None:
-        """Its Kyma CR appeared, changed or went, or its client was rebuilt."""
-
-    def routes(self, event: events.ChangeEvent) -> bool: ...
-
-    async def on_event(self, event: events.ChangeEvent) -> consumer.Outcome: ...
-
-
-@dataclasses.dataclass
-class Shared:
-    kcp: client.ApiClient
-    clients: runtime_clients.RuntimeClients
-    registry: CollectorRegistry
-    kyma_namespace: str = runtimes.KCP_NAMESPACE
-    kymas: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    """Kyma name -> the Kyma CR in KCP."""
-
-    def labels_of(self, runtime: str) -> dict[str, str]:
-        return dict((self.kymas.get(runtime, {}).get("metadata") or {}).get("labels") or {})
-
-
-@dataclasses.dataclass(frozen=True)
-class ManagerSettings:
-    kubeconfig_module: str = "kyma-sync"
-    nats_servers: tuple[str, ...] = ()
-    durable_prefix: str = "kyma-reconciler"
+AnyController = controller.Controller[Any]
 
 
 class Manager:
-    def __init__(self, shared: Shared, controllers: list[Controller], settings: ManagerSettings) -> None:
+    def __init__(self, shared: Shared, controllers: list[AnyController]) -> None:
         self.shared = shared
-        self._controllers = controllers
-        self._settings = settings
+        self.controllers = controllers
+        self._consumer_metrics = consumer.ConsumerMetrics(shared.registry)
+        shared.kymas.subscribe(self._kyma_changed)
+        shared.kubeconfigs.subscribe(self._kubeconfig_changed)
+
+    def readiness(self) -> str | None:
+        """None when every controller's caches have synced, else what is still listing."""
+        waiting = sorted({name for c in self.controllers for name in c.unsynced()})
+        return f"caches not synced yet: {', '.join(waiting)}" if waiting else None
 
     async def run(self, *, stop: asyncio.Event) -> None:
-        await crds.install(self.shared.kcp, [crds.sync_resource_crd(), crds.kyma_crd(), crds.module_template_crd()])
+        config = self.shared.config
+        await crds.install(self.shared.kcp, crds.kcp_crds())
         try:
             async with asyncio.TaskGroup() as group:
-                group.create_task(informer.follow(
-                    self.shared.kcp, crds.KYMA, namespace=self.shared.kyma_namespace, label_selector=None,
-                    handler=_Kymas(self), stop=stop,
-                ))
-                group.create_task(informer.follow(
-                    self.shared.kcp, SECRETS, namespace=self.shared.clients.namespace,
-                    label_selector=f"{runtimes.MODULE_LABEL}={self._settings.kubeconfig_module}",
-                    handler=_KubeconfigSecrets(self), stop=stop,
-                ))
-                for controller in self._controllers:
-                    group.create_task(controller.run(stop=stop))
-                if self._settings.nats_servers:
-                    for module in sorted({m for c in self._controllers for m in c.modules}):
-                        group.create_task(aio.run_until(stop, consumer.consume(
-                            consumer.ConsumerSettings(
-                                servers=self._settings.nats_servers,
-                                subject=subjects.module_wildcard(ids.module_name(module)),
-                                durable=f"{self._settings.durable_prefix}-{module}",
-                            ),
-                            self.dispatch,
-                            stop=stop,
-                        )))
+                for source in self.shared.informers():
+                    group.create_task(source.run(stop=stop))
+                for each in self.controllers:
+                    group.create_task(each.run(stop=stop, grace=config.shutdown_grace_seconds))
+                if config.nats.servers:
+                    for module in sorted({m for c in self.controllers for m in c.modules}):
+                        group.create_task(
+                            consumer.consume(
+                                consumer.ConsumerSettings(
+                                    servers=config.nats.servers,
+                                    subject=subjects.module_wildcard(ids.module_name(module)),
+                                    durable=f"{config.nats.durable_prefix}-{module}",
+                                    stream=wire.STREAM_NAME,
+                                    max_deliveries=config.nats.max_deliveries,
+                                    ack_wait_seconds=config.nats.ack_wait_seconds,
+                                    max_in_flight=config.nats.max_in_flight,
+                                ),
+                                self.dispatch,
+                                metrics=self._consumer_metrics,
+                                stop=stop,
+                            )
+                        )
         finally:
             await self.shared.clients.close()
 
-    def runtime_changed(self, runtime: str) -> None:
-        for controller in self._controllers:
-            controller.runtime_changed(runtime)
+    def _runtime_changed(self, runtime: str) -> None:
+        for each in self.controllers:
+            each.runtime_changed(runtime)
 
-    async def dispatch(self, event: events.ChangeEvent) -> consumer.Outcome:
-        handlers = [c for c in self._controllers if event.module in c.modules and c.routes(event)]
-        outcomes = await asyncio.gather(*(c.on_event(event) for c in handlers))
-        return consumer.Outcome.ACK if all(o == consumer.Outcome.ACK for o in outcomes) else consumer.Outcome.NAK
+    def _kyma_changed(self, change: informer.Change) -> None:
+        self._runtime_changed(change.current["metadata"]["name"])
 
-
-class _Kymas:
-    def __init__(self, manager: Manager) -> None:
-        self._m = manager
-
-    async def listed(self, items: list[dict[str, Any]]) -> None:
-        known = set(self._m.shared.kymas)
-        self._m.shared.kymas.clear()
-        self._m.shared.kymas.update({o["metadata"]["name"]: o for o in items})
-        for runtime in known | set(self._m.shared.kymas):
-            self._m.runtime_changed(runtime)
-
-    async def changed(self, kind: str, obj: dict[str, Any]) -> None:
-        name = obj["metadata"]["name"]
-        if kind == "DELETED":
-            self._m.shared.kymas.pop(name, None)
-        else:
-            self._m.shared.kymas[name] = obj
-        self._m.runtime_changed(name)
-
-
-class _KubeconfigSecrets:
-    def __init__(self, manager: Manager) -> None:
-        self._m = manager
-
-    async def listed(self, items: list[dict[str, Any]]) -> None:
-        for obj in items:
-            await self.changed("MODIFIED", obj)
-
-    async def changed(self, kind: str, obj: dict[str, Any]) -> None:
-        runtime = (obj["metadata"].get("labels") or {}).get(runtimes.RUNTIME_LABEL)
+    def _kubeconfig_changed(self, change: informer.Change) -> None:
+        runtime = (change.current["metadata"].get("labels") or {}).get(wire.RUNTIME_LABEL)
         if runtime is None:
             return
-        version = None if kind == "DELETED" else obj["metadata"]["resourceVersion"]
-        if await self._m.shared.clients.invalidate(runtime, secret_version=version) or kind == "ADDED":
+        version = None if change.new is None else change.new["metadata"]["resourceVersion"]
+        if self.shared.clients.invalidate(runtime, secret_version=version) or change.kind == "ADDED":
             log.info("kubeconfig of runtime changed", extra={"runtime": runtime})
-            self._m.runtime_changed(runtime)
+            self._runtime_changed(runtime)
+
+    async def dispatch(self, event: events.ChangeEvent) -> workqueue.Result | None:
+        """Every interested controller's outcome, combined: the worst decides."""
+        wanting = [c for c in self.controllers if event.module in c.modules]
+        results = [r for r in await asyncio.gather(*(c.on_event(event) for c in wanting)) if r is not None]
+        if not results:
+            return None
+        failed = [r for r in results if not r.ok and not r.terminal]
+        if failed:
+            return max(failed, key=lambda r: r.requeue_after or 0.0)
+        return next((r for r in results if r.terminal), workqueue.Result())

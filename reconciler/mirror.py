@@ -10,19 +10,18 @@ generation), so a KCP-side manager can work on it and set its status. The reconc
   generation of the same source is left alone, so redelivered or reordered events cannot roll
   it back (and every reconcile re-reads the source anyway instead of trusting the event);
 - writes the mirror's status back to the runtime object's status subresource;
-- on deletion in the runtime deletes the mirror, then releases the runtime object.
+- on deletion in the runtime deletes the mirror (as it was read), then releases the runtime object.
 """
 
-import asyncio
 import dataclasses
 import logging
+from collections.abc import Iterable
 from typing import Any
 
-from certs import runtimes
-from clients import informer, kube
-from contract import events
-from kit import aio
-from reconciler import consumer, manager, objects, runtime_clients, workqueue
+from clients import informer, kube, objects
+from contract import events, wire
+from reconciler import controller, runtime_clients, settings, workqueue
+from reconciler.shared import Shared
 
 log = logging.getLogger(__name__)
 
@@ -31,116 +30,118 @@ SOURCE_UID = "kyma-project.io/source-uid"
 SOURCE_NAMESPACE = "kyma-project.io/source-namespace"
 SOURCE_NAME = "kyma-project.io/source-name"
 SOURCE_GENERATION = "kyma-project.io/source-generation"
-_LIST = "list"
 
 
 @dataclasses.dataclass(frozen=True)
-class MirroredKind:
-    group: str
-    version: str
-    kind: str
+class ObjectKey:
+    """One mirrored object in one runtime."""
+
+    runtime: str
     resource: str
-    module: str
-    """The module watchers route this kind's changes to."""
+    namespace: str | None
+    name: str
 
-    @property
-    def gvr(self) -> kube.Gvr:
-        return kube.Gvr(self.group, self.version, self.resource)
-
-    @property
-    def api_version(self) -> str:
-        return self.gvr.api_version
+    def __str__(self) -> str:
+        return f"{self.runtime}/{self.resource}/{self.namespace or ''}/{self.name}"
 
 
 @dataclasses.dataclass(frozen=True)
-class MirrorSettings:
-    kinds: tuple[MirroredKind, ...]
-    namespace_prefix: str = "mirror-"
-    workers: int = 8
-    resync_seconds: float = 300
+class RuntimeKey:
+    """Every mirrored object of one runtime (after the runtime changed, and on resync)."""
+
+    runtime: str
+
+    def __str__(self) -> str:
+        return self.runtime
 
 
-def mirror_namespace(settings: MirrorSettings, runtime: str) -> str:
-    return f"{settings.namespace_prefix}{runtime}"
+Key = ObjectKey | RuntimeKey
 
 
-def object_key(runtime: str, kind: MirroredKind, namespace: str | None, name: str) -> str:
-    return "|".join((runtime, kind.resource, namespace or "", name))
+def mirror_namespace(config: settings.MirrorSettings, runtime: str) -> str:
+    return f"{config.namespace_prefix}{runtime}"
 
 
-class MirrorController:
-    def __init__(self, shared: manager.Shared, settings: MirrorSettings) -> None:
-        self._shared = shared
-        self._settings = settings
-        self._kcp = objects.ClusterObjects(shared.kcp)
-        self._kinds = {k.resource: k for k in settings.kinds}
-        self._by_gvk = {(k.api_version, k.kind): k for k in settings.kinds}
-        self.modules = frozenset(k.module for k in settings.kinds)
+class MirrorController(controller.Controller[Key]):
+    def __init__(self, shared: Shared, config: settings.MirrorSettings) -> None:
+        super().__init__(shared, config, name="mirror")
+        self._config = config
+        self._kcp = objects.ClusterObjects(shared.kcp, field_manager=wire.RECONCILER_FIELD_MANAGER)
+        self._kinds = {k.resource: k for k in config.kinds}
+        self._by_gvk = {(k.group, k.kind): k for k in config.kinds}
+        self.modules = frozenset(k.module for k in config.kinds)
         self._namespaces: set[str] = set()
-        self.queue = workqueue.WorkQueue(
-            reconcile=self.reconcile, workers=settings.workers,
-            metrics=workqueue.QueueMetrics(shared.registry, controller="mirror"),
-        )
+        for kind in config.kinds:
+            mirrors = self.own(informer.Informer(shared.kcp, kind.gvr, label_selector=wire.RUNTIME_LABEL))
+            mirrors.subscribe(self._mirror_changed(kind))
 
-    async def run(self, *, stop: asyncio.Event) -> None:
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self.queue.run(stop=stop))
-            for kind in self._settings.kinds:
-                group.create_task(informer.follow(
-                    self._shared.kcp, kind.gvr, namespace=None, label_selector=runtimes.RUNTIME_LABEL,
-                    handler=_Mirrors(self, kind), stop=stop,
-                ))
-            group.create_task(self._resync(stop=stop))
+    def all_keys(self) -> Iterable[Key]:
+        return [RuntimeKey(runtime) for runtime in self.shared.runtimes()]
 
-    def runtime_changed(self, runtime: str) -> None:
-        self.queue.add_all([f"{_LIST}|{runtime}"])
+    def keys_for_runtime(self, runtime: str) -> Iterable[Key]:
+        return [RuntimeKey(runtime)]
 
-    def routes(self, event: events.ChangeEvent) -> bool:
-        return (event.target.api_version, event.target.kind) in self._by_gvk
+    def keys_for_event(self, event: events.ChangeEvent) -> Iterable[Key]:
+        kind = self._by_gvk.get((event.target.group, event.target.kind))
+        if kind is None:
+            return []
+        return [ObjectKey(event.runtime, kind.resource, event.target.namespace, event.target.name)]
 
-    async def on_event(self, event: events.ChangeEvent) -> consumer.Outcome:
-        kind = self._by_gvk[(event.target.api_version, event.target.kind)]
-        result = await self.queue.add(object_key(event.runtime, kind, event.target.namespace, event.target.name))
-        return consumer.Outcome.ACK if result.ok else consumer.Outcome.NAK
+    def _mirror_changed(self, kind: settings.MirroredKindSettings) -> informer.Listener:
+        """KCP-side changes of mirrors (a manager set status): reconcile their source."""
 
-    async def _resync(self, *, stop: asyncio.Event) -> None:
-        interval = self._settings.resync_seconds
-        while not await aio.sleep_unless(stop, interval):
-            self.queue.add_all([f"{_LIST}|{runtime}" for runtime in self._shared.kymas], spread=interval / 10)
+        def changed(change: informer.Change) -> None:
+            metadata = change.current["metadata"]
+            runtime = (metadata.get("labels") or {}).get(wire.RUNTIME_LABEL)
+            annotations = metadata.get("annotations") or {}
+            if runtime is not None and SOURCE_NAME in annotations:
+                self.queue.add_all(
+                    [
+                        ObjectKey(
+                            runtime, kind.resource, annotations.get(SOURCE_NAMESPACE) or None, annotations[SOURCE_NAME]
+                        )
+                    ]
+                )
 
-    async def reconcile(self, key: str) -> workqueue.Result:
-        parts = key.split("|")
+        return changed
+
+    async def reconcile(self, key: Key) -> workqueue.Result:
         try:
-            if parts[0] == _LIST:
-                return await self._list_runtime(parts[1])
-            runtime, resource, namespace, name = parts
-            return await self._reconcile_object(runtime, self._kinds[resource], namespace or None, name)
-        except (runtime_clients.RuntimeUnavailableError, kube.KubeAPIError, objects.UnknownKindError) as exc:
-            return workqueue.Result(error=str(exc))
+            if isinstance(key, RuntimeKey):
+                return await self._list_runtime(key.runtime)
+            return await self._reconcile_object(key)
+        except (runtime_clients.RuntimeUnavailableError, kube.KubeError, objects.UnknownKindError) as exc:
+            return workqueue.Result.failed(str(exc))
 
     async def _list_runtime(self, runtime: str) -> workqueue.Result:
-        """Enqueue every mirrored object of a runtime (after it changed, and on resync)."""
-        if runtime not in self._shared.kymas:
+        """Enqueue every mirrored object of a runtime."""
+        if self.shared.kyma(runtime) is None:
             return workqueue.Result()
-        handle = await self._shared.clients.get(runtime)
-        for kind in self._settings.kinds:
-            for obj in await handle.objects.list(kind.api_version, kind.kind, namespace=None, label_selector=None):
+        handle = await self.shared.clients.get(runtime)
+        for kind in self._config.kinds:
+            for obj in await handle.objects.list(kind.gvr.api_version, kind.kind, namespace=None, label_selector=None):
                 metadata = obj["metadata"]
-                self.queue.add_all([object_key(runtime, kind, metadata.get("namespace"), metadata["name"])])
+                self.queue.add_all([ObjectKey(runtime, kind.resource, metadata.get("namespace"), metadata["name"])])
         return workqueue.Result()
 
-    async def _reconcile_object(
-        self, runtime: str, kind: MirroredKind, namespace: str | None, name: str
-    ) -> workqueue.Result:
-        handle = await self._shared.clients.get(runtime)
-        source_ref = objects.Ref(kind.api_version, kind.kind, namespace, name)
+    async def _reconcile_object(self, key: ObjectKey) -> workqueue.Result:
+        kind = self._kinds[key.resource]
+        handle = await self.shared.clients.get(key.runtime)
+        api_version = kind.gvr.api_version
+        source_ref = objects.Ref(api_version, kind.kind, key.namespace, key.name)
         mirror_ref = objects.Ref(
-            kind.api_version, kind.kind, mirror_namespace(self._settings, runtime), f"{namespace}.{name}" if namespace else name
+            api_version,
+            kind.kind,
+            mirror_namespace(self._config, key.runtime),
+            f"{key.namespace}.{key.name}" if key.namespace else key.name,
         )
         source = await handle.objects.get(source_ref)
         if source is None or source["metadata"].get("deletionTimestamp"):
-            if await self._kcp.delete(mirror_ref):
-                log.info("deleted mirror", extra={"runtime": runtime, "object": mirror_ref.name})
+            mirror = await self._kcp.get(mirror_ref)
+            if mirror is not None and await self._kcp.delete(
+                mirror_ref, preconditions=kube.Preconditions(mirror["metadata"]["uid"])
+            ):
+                log.info("deleted mirror", extra={"runtime": key.runtime, "object": mirror_ref.name})
             if source is not None and await self._kcp.get(mirror_ref) is None:
                 await self._set_finalizers(handle.objects, source_ref, source, present=False)
             return workqueue.Result()
@@ -148,12 +149,16 @@ class MirrorController:
         await self._ensure_namespace(mirror_ref.namespace or "")
         mirror = await self._kcp.get(mirror_ref)
         if not _newer_recorded(mirror, source):
-            mirror = await self._kcp.apply(self._mirror_of(runtime, source, mirror_ref))
+            mirror = await self._kcp.apply(self._mirror_of(key.runtime, source, mirror_ref))
         status = (mirror or {}).get("status")
         if status and status != source.get("status"):
             await handle.objects.apply(
-                {"apiVersion": kind.api_version, "kind": kind.kind,
-                 "metadata": {"name": name, **({"namespace": namespace} if namespace else {})}, "status": status},
+                {
+                    "apiVersion": api_version,
+                    "kind": kind.kind,
+                    "metadata": {"name": key.name, **({"namespace": key.namespace} if key.namespace else {})},
+                    "status": status,
+                },
                 subresource="status",
             )
         return workqueue.Result()
@@ -166,7 +171,7 @@ class MirrorController:
             "metadata": {
                 "name": ref.name,
                 "namespace": ref.namespace,
-                "labels": {runtimes.RUNTIME_LABEL: runtime},
+                "labels": {wire.RUNTIME_LABEL: runtime},
                 "annotations": {
                     SOURCE_UID: metadata["uid"],
                     SOURCE_NAMESPACE: metadata.get("namespace", ""),
@@ -190,7 +195,7 @@ class MirrorController:
 
     async def _ensure_namespace(self, namespace: str) -> None:
         if namespace not in self._namespaces:
-            await kube.ensure_namespace(self._shared.kcp, namespace)
+            await kube.ensure_namespace(self.shared.kcp, namespace)
             self._namespaces.add(namespace)
 
 
@@ -202,27 +207,3 @@ def _newer_recorded(mirror: dict[str, Any] | None, source: dict[str, Any]) -> bo
     if annotations.get(SOURCE_UID) != source["metadata"]["uid"]:
         return False
     return int(annotations.get(SOURCE_GENERATION, "0")) > int(source["metadata"].get("generation", 0))
-
-
-class _Mirrors:
-    """KCP-side changes of mirrors (a manager set status): reconcile their source."""
-
-    def __init__(self, controller: MirrorController, kind: MirroredKind) -> None:
-        self._c = controller
-        self._kind = kind
-
-    def _key(self, obj: dict[str, Any]) -> str | None:
-        metadata = obj["metadata"]
-        runtime = (metadata.get("labels") or {}).get(runtimes.RUNTIME_LABEL)
-        annotations = metadata.get("annotations") or {}
-        if runtime is None or SOURCE_NAME not in annotations:
-            return None
-        return object_key(runtime, self._kind, annotations.get(SOURCE_NAMESPACE) or None, annotations[SOURCE_NAME])
-
-    async def listed(self, items: list[dict[str, Any]]) -> None:
-        self._c.queue.add_all([k for k in map(self._key, items) if k])
-
-    async def changed(self, kind: str, obj: dict[str, Any]) -> None:
-        key = self._key(obj)
-        if key is not None:
-            self._c.queue.add_all([key])

@@ -2,77 +2,72 @@
 
 Write-only: the runtime copy is applied forced, so edits there are reverted on the next pass
 (a watcher event about the copy, or the resync); a template deleted in KCP is deleted from every
-runtime (copies carry the synced-by label, so leftovers are found by listing). Its own control
-loop, disabled by configuration; fan-out is bounded by the worker count.
+runtime. Only copies carrying our synced-by label are ever deleted, each with the uid and
+resourceVersion it was seen with. Its own control loop, disabled by configuration; fan-out is
+bounded by the worker count.
 """
 
-import asyncio
-from typing import Any
-
-from clients import informer, kube
-from reconciler import crds, manager, objects, per_runtime, runtime_clients, sync_resources, workqueue
+from clients import informer, kube, objects
+from contract import ids, wire
+from reconciler import crds, per_runtime, runtime_clients, settings, workqueue
+from reconciler.shared import Shared
 
 RUNTIME_NAMESPACE = "kyma-system"
-_SYNCED = f"{sync_resources.SYNCED_LABEL}={sync_resources.SYNCED_VALUE}"
 
 
 class ModuleTemplateController(per_runtime.PerRuntimeController):
+    gvr = crds.MODULE_TEMPLATE
     kind = "ModuleTemplate"
 
-    def __init__(self, shared: manager.Shared, settings: per_runtime.PerRuntimeSettings) -> None:
-        super().__init__(shared, settings, name="module_templates")
-        self.templates: dict[str, dict[str, Any]] | None = None
-        """Name -> template in KCP; None until first listed."""
-
-    async def follow_kcp(self, *, stop: asyncio.Event) -> None:
-        await informer.follow(
-            self._shared.kcp, crds.MODULE_TEMPLATE, namespace=self._shared.kyma_namespace,
-            label_selector=None, handler=self, stop=stop,
+    def __init__(self, shared: Shared, config: settings.PerRuntimeSettings, *, events_module: str) -> None:
+        super().__init__(shared, config, name="module_templates", events_module=events_module)
+        self.templates = self.own(
+            informer.Informer(shared.kcp, crds.MODULE_TEMPLATE, namespace=shared.config.kyma_namespace)
         )
+        self.templates.subscribe(self._template_changed)
 
-    async def listed(self, items: list[dict[str, Any]]) -> None:
-        self.templates = {o["metadata"]["name"]: o for o in items}
-        self.enqueue_all()
+    def _template_changed(self, change: informer.Change) -> None:
+        if change.old is None or change.new is None or change.old.get("spec") != change.new.get("spec"):
+            self.queue.add_all(self.all_keys())
 
-    async def changed(self, kind: str, obj: dict[str, Any]) -> None:
-        assert self.templates is not None
-        name = obj["metadata"]["name"]
-        if kind == "DELETED":
-            self.templates.pop(name, None)
-        elif (self.templates.get(name) or {}).get("spec") == obj.get("spec"):
-            return
-        else:
-            self.templates[name] = obj
-        self.enqueue_all()
-
-    async def reconcile(self, runtime: str) -> workqueue.Result:
-        if self.templates is None:
-            return workqueue.Result(requeue_after=1)
-        if runtime not in self._shared.kymas:
+    async def reconcile(self, runtime: ids.RuntimeId) -> workqueue.Result:
+        if self.shared.kyma(runtime) is None:
             return workqueue.Result()
         try:
-            handle = await self._shared.clients.get(runtime)
+            handle = await self.shared.clients.get(runtime)
             await self.prepare(handle, definitions=[crds.module_template_crd()], namespace=RUNTIME_NAMESPACE)
-            return await self._sync(handle.objects, runtime)
-        except (runtime_clients.RuntimeUnavailableError, kube.KubeAPIError, objects.UnknownKindError) as exc:
-            return workqueue.Result(error=f"{runtime}: {exc}")
+            await self._sync(handle.objects)
+        except (runtime_clients.RuntimeUnavailableError, kube.KubeError, objects.UnknownKindError) as exc:
+            return workqueue.Result.failed(f"{runtime}: {exc}")
+        return workqueue.Result()
 
-    async def _sync(self, cluster: objects.ClusterObjects, runtime: str) -> workqueue.Result:
-        assert self.templates is not None
+    async def _sync(self, cluster: objects.ClusterObjects) -> None:
         api_version = crds.MODULE_TEMPLATE.api_version
         present = {
             o["metadata"]["name"]: o
-            for o in await cluster.list(api_version, "ModuleTemplate", namespace=RUNTIME_NAMESPACE, label_selector=_SYNCED)
+            for o in await cluster.list(
+                api_version, self.kind, namespace=RUNTIME_NAMESPACE, label_selector=wire.SYNCED_SELECTOR
+            )
         }
-        for name, template in self.templates.items():
+        wanted = {template["metadata"]["name"]: template for template in self.templates}
+        for name, template in wanted.items():
             if (present.get(name) or {}).get("spec") == template.get("spec"):
                 continue
-            await cluster.apply({
-                "apiVersion": api_version, "kind": "ModuleTemplate",
-                "metadata": {"name": name, "namespace": RUNTIME_NAMESPACE,
-                             "labels": {sync_resources.SYNCED_LABEL: sync_resources.SYNCED_VALUE}},
-                "spec": template.get("spec") or {},
-            })
-        for name in set(present) - set(self.templates):
-            await cluster.delete(objects.Ref(api_version, "ModuleTemplate", RUNTIME_NAMESPACE, name))
-        return workqueue.Result()
+            await cluster.apply(
+                {
+                    "apiVersion": api_version,
+                    "kind": self.kind,
+                    "metadata": {
+                        "name": name,
+                        "namespace": RUNTIME_NAMESPACE,
+                        "labels": {wire.SYNCED_LABEL: wire.SYNCED_VALUE},
+                    },
+                    "spec": template.get("spec") or {},
+                }
+            )
+        for name in set(present) - set(wanted):
+            live = present[name]["metadata"]
+            await cluster.delete(
+                objects.Ref(api_version, self.kind, RUNTIME_NAMESPACE, name),
+                preconditions=kube.Preconditions(uid=live["uid"], resource_version=live["resourceVersion"]),
+            )

@@ -1,21 +1,21 @@
 """One API client per runtime, built from its kubeconfig Secret in KCP, cached, rebuilt on change.
 
-The Secret is the module kubeconfig ``certs`` mints (``<module>-kubeconfig-<runtime>`` in
-kyma-sync-kubeconfigs): the reconcilers never see a runtime's master kubeconfig. A semaphore per runtime
-bounds how many writes go to one apiserver at once.
+The Secret is the module kubeconfig ``kyma-certs`` mints (``<module>-kubeconfig-<runtime>`` in
+kyma-sync-kubeconfigs): the reconcilers never see a runtime's master kubeconfig. It is read from
+the manager's cache of those Secrets, so building a client costs no request to KCP. A semaphore
+per runtime bounds how many writes go to one apiserver at once.
 """
 
 import asyncio
 import base64
 import dataclasses
+import time
 from typing import Any
 
 import yaml
-from kubernetes_asyncio import client
 
-from certs import runtimes
-from clients import kube
-from reconciler import objects
+from clients import informer, kube, objects
+from contract import wire
 
 
 class RuntimeUnavailableError(RuntimeError):
@@ -33,19 +33,28 @@ class RuntimeHandle:
 
 class RuntimeClients:
     def __init__(
-        self, kcp: client.ApiClient, *, module: str, namespace: str = runtimes.KUBECONFIG_NAMESPACE, per_runtime: int = 8
+        self,
+        secrets: informer.Informer,
+        *,
+        module: str,
+        namespace: str,
+        per_runtime: int = 8,
+        linger_seconds: float = 300,
     ) -> None:
-        self._kcp = kcp
+        self._secrets = secrets
+        self._linger = linger_seconds
         self._module = module
-        self.namespace = namespace
+        self._namespace = namespace
         self._per_runtime = per_runtime
         self._handles: dict[str, RuntimeHandle] = {}
         self._building: dict[str, asyncio.Lock] = {}
+        self._retired: list[tuple[float, kube.ApiClient]] = []
 
     def secret_name(self, runtime: str) -> str:
-        return runtimes.module_secret_name(self._module, runtime)
+        return wire.module_kubeconfig_secret(self._module, runtime)
 
     async def get(self, runtime: str) -> RuntimeHandle:
+        await self._close_retired()
         handle = self._handles.get(runtime)
         if handle is not None:
             return handle
@@ -56,31 +65,40 @@ class RuntimeClients:
             return handle
 
     async def _build(self, runtime: str) -> RuntimeHandle:
-        path = f"/api/v1/namespaces/{self.namespace}/secrets/{self.secret_name(runtime)}"
+        secret = self._secrets.get(self.secret_name(runtime), self._namespace)
+        if secret is None:
+            raise RuntimeUnavailableError(f"no kubeconfig Secret {self._namespace}/{self.secret_name(runtime)}")
         try:
-            secret = await kube.request(self._kcp, "GET", path)
-        except kube.NotFoundError as exc:
-            raise RuntimeUnavailableError(f"no kubeconfig Secret {self.namespace}/{self.secret_name(runtime)}") from exc
-        try:
-            document: Any = yaml.safe_load(base64.b64decode(secret["data"][runtimes.KUBECONFIG_KEY]))
+            document: Any = yaml.safe_load(base64.b64decode(secret["data"][wire.KUBECONFIG_KEY]))
             api = await kube.api_client(document)
         except (KeyError, ValueError, TypeError, yaml.YAMLError) as exc:
             raise RuntimeUnavailableError(f"kubeconfig Secret of {runtime} is unusable: {exc}") from exc
         return RuntimeHandle(
-            objects=objects.ClusterObjects(api),
+            objects=objects.ClusterObjects(api, field_manager=wire.RECONCILER_FIELD_MANAGER),
             limit=asyncio.Semaphore(self._per_runtime),
             secret_version=secret["metadata"]["resourceVersion"],
         )
 
-    async def invalidate(self, runtime: str, *, secret_version: str | None = None) -> bool:
-        """Drop the runtime's client if its Secret changed (or unconditionally); True if dropped."""
+    def invalidate(self, runtime: str, *, secret_version: str | None = None) -> bool:
+        """Drop the runtime's client if its Secret changed (or unconditionally); True if dropped.
+
+        The old client is closed once it has lingered longer than any reconcile may still use it.
+        """
         handle = self._handles.get(runtime)
         if handle is None or (secret_version is not None and handle.secret_version == secret_version):
             return False
         del self._handles[runtime]
-        await handle.objects.api.close()
+        self._retired.append((time.monotonic(), handle.objects.api))
         return True
+
+    async def _close_retired(self, *, linger: float | None = None) -> None:
+        cutoff = time.monotonic() - (self._linger if linger is None else linger)
+        closing = [api for retired_at, api in self._retired if retired_at <= cutoff]
+        self._retired = [(at, api) for at, api in self._retired if at > cutoff]
+        for api in closing:
+            await api.close()
 
     async def close(self) -> None:
         for runtime in list(self._handles):
-            await self.invalidate(runtime)
+            self.invalidate(runtime)
+        await self._close_retired(linger=-1)

@@ -1,27 +1,46 @@
-"""Reconciler configuration: one YAML file, one section per controller."""
+"""Reconciler configuration: one YAML file, one section per concern, passed down as it is."""
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from certs import runtimes
+from clients import kube
+from contract import wire
 from kit import files
+from reconciler import kinds
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SyncResourcesSettings(_Section):
+class ControllerSettings(_Section):
+    """What every controller has: whether it runs, its workers, its safety-net resync."""
+
     enabled: bool = True
+    workers: int = Field(default=8, ge=1, description="keys reconciled at once")
+    resync_seconds: float = Field(default=300, gt=0, description="safety-net full resync (spread with jitter)")
+    reconcile_timeout_seconds: float = Field(
+        default=300, gt=0, description="one reconcile is abandoned after this long"
+    )
+
+
+class SyncResourcesSettings(ControllerSettings):
     namespace: str | None = Field(default=None, description="only SyncResources of this namespace (default: all)")
     restricted_kinds: tuple[str, ...] = Field(
-        default=("v1/Secret",), description="apiVersion/Kind never synced, e.g. v1/Secret"
+        default=("v1/Secret",),
+        description="kinds never synced nor deleted, as [group/][version/]Kind (e.g. v1/Secret, "
+        "rbac.authorization.k8s.io/ClusterRoleBinding); matched by group and kind",
     )
-    workers: int = Field(default=8, ge=1, description="SyncResources reconciled at once")
     max_concurrent_runtimes: int = Field(default=16, ge=1, description="runtimes one SyncResource writes to at once")
     per_runtime_concurrency: int = Field(default=8, ge=1, description="requests to one runtime at once")
-    resync_seconds: float = Field(default=300, gt=0, description="safety-net full resync (with jitter)")
+
+    @field_validator("restricted_kinds")
+    @classmethod
+    def _parseable(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            kinds.GroupKind.parse(entry)
+        return value
 
 
 class MirroredKindSettings(_Section):
@@ -31,46 +50,70 @@ class MirroredKindSettings(_Section):
     resource: str = Field(description="plural resource name")
     module: str = Field(description="the module watchers route this kind's changes to")
 
+    @property
+    def gvr(self) -> kube.Gvr:
+        return kube.Gvr(self.group, self.version, self.resource)
 
-class MirrorSettings(_Section):
+
+class MirrorSettings(ControllerSettings):
     """SKR -> KCP mirroring of the listed kinds (their CRDs must exist in KCP and the runtimes)."""
 
     enabled: bool = False
     kinds: tuple[MirroredKindSettings, ...] = (
         MirroredKindSettings(
-            group="cloud-resources.kyma-project.io", version="v1beta1", kind="VpcPeering",
-            resource="vpcpeerings", module="cloud-manager",
+            group="cloud-resources.kyma-project.io",
+            version="v1beta1",
+            kind="VpcPeering",
+            resource="vpcpeerings",
+            module="cloud-manager",
         ),
     )
-    namespace_prefix: str = Field(default="mirror-", description="KCP namespace of a runtime's mirrors: <prefix><runtime>")
-    workers: int = Field(default=8, ge=1)
-    resync_seconds: float = Field(default=300, gt=0)
+    namespace_prefix: str = Field(
+        default="mirror-", description="KCP namespace of a runtime's mirrors: <prefix><runtime>"
+    )
 
 
-class PerRuntimeSection(_Section):
-    enabled: bool = True
+class PerRuntimeSettings(ControllerSettings):
     workers: int = Field(default=16, ge=1, description="runtimes written to at once (the fan-out bound)")
-    resync_seconds: float = Field(default=300, gt=0)
 
 
-class ReconcilerSettings(_Section):
-    kyma_namespace: str = Field(default=runtimes.KCP_NAMESPACE, description="where the Kyma CRs are")
-    kubeconfig_namespace: str = Field(
-        default=runtimes.KUBECONFIG_NAMESPACE, description="where the reconcilers' runtime kubeconfig Secrets are"
-    )
-    kubeconfig_module: str = Field(
-        default="kyma-sync", description="the reconcilers use Secrets <module>-kubeconfig-<runtime> minted by kyma-certs"
-    )
-    events_module: str = Field(default="kyma-sync", description="the module watchers route synced objects to")
-    nats_servers: tuple[str, ...] = Field(default=(), description="NATS for watcher events; none: periodic resync only")
+class NatsSettings(_Section):
+    """Where watcher events come from; without servers only KCP watches and the resync trigger reconciles."""
+
+    servers: tuple[str, ...] = Field(default=(), description="NATS URLs")
     durable_prefix: str = Field(
         default="kyma-reconciler", description="JetStream durable consumers are named <prefix>-<module>"
     )
+    max_deliveries: int = Field(
+        default=8, ge=1, description="deliveries of one event before it goes to the dead-letter subject"
+    )
+    ack_wait_seconds: float = Field(
+        default=30,
+        gt=0,
+        description="JetStream redelivers an event unacked this long; kept alive while its reconcile runs",
+    )
+    max_in_flight: int = Field(default=256, ge=1, description="events being handled at once per module")
+
+
+class ReconcilerSettings(_Section):
+    kyma_namespace: str = Field(default=wire.KCP_NAMESPACE, description="where the Kyma CRs are")
+    kubeconfig_namespace: str = Field(
+        default=wire.KUBECONFIG_NAMESPACE, description="where the reconcilers' runtime kubeconfig Secrets are"
+    )
+    kubeconfig_module: str = Field(
+        default=wire.SYNC_MODULE,
+        description="the reconcilers use Secrets <module>-kubeconfig-<runtime> minted by kyma-certs",
+    )
+    events_module: str = Field(default=wire.SYNC_MODULE, description="the module watchers route synced objects to")
+    nats: NatsSettings = NatsSettings()
     management_port: int = Field(default=9092, ge=0, le=65535)
+    shutdown_grace_seconds: float = Field(
+        default=25, ge=0, description="after SIGTERM, how long running reconciles may take to finish"
+    )
     sync_resources: SyncResourcesSettings = SyncResourcesSettings()
     mirror: MirrorSettings = MirrorSettings()
-    module_templates: PerRuntimeSection = PerRuntimeSection()
-    kyma: PerRuntimeSection = PerRuntimeSection()
+    module_templates: PerRuntimeSettings = PerRuntimeSettings()
+    kyma: PerRuntimeSettings = PerRuntimeSettings()
 
 
 def load(path: Path) -> ReconcilerSettings:

@@ -1,121 +1,138 @@
-"""The SyncResource controller: what triggers a reconcile, and the loop that runs them.
+"""The SyncResource controller: what triggers a reconcile of which SyncResource.
 
-Triggers, each only naming SyncResource keys:
-- SyncResource changes in KCP (spec generation, deletion) — not its own status writes;
-- a runtime changing (its Kyma CR's labels decide group membership; its client was rebuilt);
-- watcher events about synced objects in runtimes (drift): the owning SyncResource is named in
-  the object's annotation; the message is acked once that reconcile succeeded;
-- a periodic resync of everything, spread with jitter, as a safety net.
+Triggers, each naming SyncResource keys:
+- a SyncResource's spec or deletion in KCP (not its own status writes);
+- a SyncBinding change: every SyncResource of the namespaces it covers;
+- a runtime changed (Kyma CR labels decide group membership; its client was rebuilt);
+- a watcher event about an object in a runtime: the SyncResources that KCP's own records say
+  applied it there, or whose items name it — never a claim in the event body, which anyone
+  who can edit the object in the runtime controls;
+- the periodic resync of everything, spread with jitter.
 """
 
-import asyncio
-import dataclasses
+import collections
+from collections.abc import Iterable
 from typing import Any
 
 from clients import informer
 from contract import events
-from kit import aio
-from reconciler import consumer, crds, manager, sync_resources, workqueue
+from reconciler import controller, crds, model, settings, sync_resources, workqueue
+from reconciler.shared import Shared
 
-EVENTS_MODULE = "kyma-sync"
-
-
-@dataclasses.dataclass(frozen=True)
-class ControllerSettings:
-    namespace: str | None = None
-    """Reconcile SyncResources of this namespace only (None: all namespaces)."""
-    events_module: str = EVENTS_MODULE
-    """The module watchers route synced objects' changes to."""
-    workers: int = 8
-    resync_seconds: float = 300
-    sync: sync_resources.SyncSettings = sync_resources.SyncSettings()
+Key = sync_resources.Key
+_Placed = tuple[str, str, str, str, str]
+"""(runtime, group, kind, namespace or "", name) of an object a SyncResource applied."""
+_Named = tuple[str, str, str]
+"""(group, kind, name) of an object an item names, in whichever runtimes its SyncResource targets."""
 
 
-class SyncResourceController:
-    def __init__(self, shared: manager.Shared, settings: ControllerSettings) -> None:
-        self._shared = shared
-        self._settings = settings
-        self.modules = frozenset({settings.events_module})
-        self._specs: dict[str, dict[str, Any]] = {}
-        self._generations: dict[str, int] = {}
-        self.reconciler = sync_resources.SyncResourceReconciler(
-            kcp=shared.kcp, clients=shared.clients, settings=settings.sync, kymas=shared.kymas
-        )
-        self.queue = workqueue.WorkQueue(
-            reconcile=self.reconciler.reconcile,
-            workers=settings.workers,
-            metrics=workqueue.QueueMetrics(shared.registry, controller="sync_resources"),
-        )
+def _key(obj: dict[str, Any]) -> Key:
+    return Key(obj["metadata"]["namespace"], obj["metadata"]["name"])
 
-    async def run(self, *, stop: asyncio.Event) -> None:
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self.queue.run(stop=stop))
-            group.create_task(informer.follow(
-                self._shared.kcp, crds.SYNC_RESOURCE, namespace=self._settings.namespace, label_selector=None,
-                handler=_SyncResources(self), stop=stop,
-            ))
-            group.create_task(self._resync(stop=stop))
 
-    def keys_for_runtime(self, runtime: str) -> list[str]:
+class SyncResourceController(controller.Controller[Key]):
+    def __init__(self, shared: Shared, config: settings.SyncResourcesSettings, *, events_module: str) -> None:
+        super().__init__(shared, config, name="sync_resources")
+        self.modules = frozenset({events_module})
+        self.resources = self.own(informer.Informer(shared.kcp, crds.SYNC_RESOURCE, namespace=config.namespace))
+        self.bindings = self.own(informer.Informer(shared.kcp, crds.SYNC_BINDING))
+        self.reconciler = sync_resources.SyncResourceReconciler(shared, config, bindings=self.bindings)
+        self._placed: dict[_Placed, set[Key]] = collections.defaultdict(set)
+        self._named: dict[_Named, set[Key]] = collections.defaultdict(set)
+        self._indexed: dict[Key, tuple[list[_Placed], list[_Named]]] = {}
+        self.resources.subscribe(self._resource_changed)
+        self.bindings.subscribe(self._binding_changed)
+
+    async def reconcile(self, key: Key) -> workqueue.Result:
+        return await self.reconciler.reconcile(key)
+
+    def all_keys(self) -> Iterable[Key]:
+        return [_key(obj) for obj in self.resources]
+
+    def keys_for_runtime(self, runtime: str) -> Iterable[Key]:
         return [
-            key for key, spec in self._specs.items()
-            if spec.get("kyma") == runtime or "target" in spec or runtime in self.reconciler.runtimes_of.get(key, set())
+            _key(obj)
+            for obj in self.resources
+            if (obj.get("spec") or {}).get("kyma") == runtime
+            or "target" in (obj.get("spec") or {})
+            or any(placed[0] == runtime for placed in self._indexed.get(_key(obj), ([], []))[0])
         ]
 
-    def runtime_changed(self, runtime: str) -> None:
-        self.queue.add_all(self.keys_for_runtime(runtime))
+    def keys_for_event(self, event: events.ChangeEvent) -> Iterable[Key]:
+        target = event.target
+        placed = self._placed.get(
+            (event.runtime, target.group, target.kind, target.namespace or "", target.name), set()
+        )
+        named = self._named.get((target.group, target.kind, target.name), set())
+        return sorted(placed | {k for k in named if self._targets(k, event.runtime)}, key=str)
 
-    def routes(self, event: events.ChangeEvent) -> bool:
-        return _owner(event) is not None
+    def _targets(self, key: Key, runtime: str) -> bool:
+        resource = self.resources.get(key.name, key.namespace)
+        spec = (resource or {}).get("spec") or {}
+        if "kyma" in spec:
+            return bool(spec["kyma"] == runtime)
+        selector = (spec.get("target") or {}).get("selector")
+        try:
+            return selector is not None and model.LabelSelector.model_validate(selector).matches(
+                self.shared.labels_of(runtime)
+            )
+        except ValueError:
+            return False
 
-    async def on_event(self, event: events.ChangeEvent) -> consumer.Outcome:
-        """A synced object changed in a runtime: reconcile its owner and settle the message by the result."""
-        owner = _owner(event)
-        if owner not in self._specs:
-            return consumer.Outcome.ACK
-        result = await self.queue.add(owner)
-        return consumer.Outcome.ACK if result.ok else consumer.Outcome.NAK
-
-    async def _resync(self, *, stop: asyncio.Event) -> None:
-        interval = self._settings.resync_seconds
-        while not await aio.sleep_unless(stop, interval):
-            self.queue.add_all(list(self._specs), spread=interval / 10)
-
-
-def _owner(event: events.ChangeEvent) -> str | None:
-    annotations = ((event.body or {}).get("metadata") or {}).get("annotations") or {}
-    owner = annotations.get(sync_resources.OWNER_ANNOTATION)
-    return str(owner) if owner else None
-
-
-def _key(obj: dict[str, Any]) -> str:
-    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
-
-
-class _SyncResources:
-    def __init__(self, controller: SyncResourceController) -> None:
-        self._c = controller
-
-    async def listed(self, items: list[dict[str, Any]]) -> None:
-        self._c._specs.clear()
-        for obj in items:
-            self._remember(obj)
-        self._c.queue.add_all([_key(o) for o in items])
-
-    def _remember(self, obj: dict[str, Any]) -> bool:
-        """Keep the spec; True when this is news for the reconciler (not only a status write)."""
-        key = _key(obj)
-        self._c._specs[key] = obj.get("spec") or {}
-        generation = int(obj["metadata"].get("generation") or 0)
-        news = self._c._generations.get(key) != generation or bool(obj["metadata"].get("deletionTimestamp"))
-        self._c._generations[key] = generation
-        return news
-
-    async def changed(self, kind: str, obj: dict[str, Any]) -> None:
-        key = _key(obj)
-        if kind == "DELETED":
-            self._c._specs.pop(key, None)
-            self._c._generations.pop(key, None)
+    def _resource_changed(self, change: informer.Change) -> None:
+        key = _key(change.current)
+        self._unindex(key)
+        if change.new is None:
             return
-        if self._remember(obj):
-            self._c.queue.add_all([key])
+        self._index(key, change.new)
+        old_meta = (change.old or {}).get("metadata") or {}
+        new_meta = change.new["metadata"]
+        if (
+            change.old is None
+            or old_meta.get("generation") != new_meta.get("generation")
+            or new_meta.get("deletionTimestamp")
+        ):
+            self.queue.add_all([key])
+
+    def _binding_changed(self, change: informer.Change) -> None:
+        namespaces = {
+            ns
+            for obj in (change.old, change.new)
+            if obj is not None
+            for ns in (obj.get("spec") or {}).get("namespaces") or []
+        }
+        self.queue.add_all(k for k in self.all_keys() if k.namespace in namespaces)
+
+    def _index(self, key: Key, obj: dict[str, Any]) -> None:
+        placed = [
+            (a.runtime, a.api_version.rpartition("/")[0], a.kind, a.namespace or "", a.name) for a in _records(obj)
+        ]
+        named = []
+        for item in (obj.get("spec") or {}).get("items") or []:
+            resource = item.get("resource") if isinstance(item, dict) else None
+            if isinstance(resource, dict) and isinstance(resource.get("metadata"), dict):
+                group = str(resource.get("apiVersion", "")).rpartition("/")[0]
+                named.append((group, str(resource.get("kind", "")), str(resource["metadata"].get("name", ""))))
+        for entry in placed:
+            self._placed[entry].add(key)
+        for name in named:
+            self._named[name].add(key)
+        self._indexed[key] = (placed, named)
+
+    def _unindex(self, key: Key) -> None:
+        placed, named = self._indexed.pop(key, ([], []))
+        for entry in placed:
+            self._placed[entry].discard(key)
+            if not self._placed[entry]:
+                del self._placed[entry]
+        for name in named:
+            self._named[name].discard(key)
+            if not self._named[name]:
+                del self._named[name]
+
+
+def _records(obj: dict[str, Any]) -> list[model.AppliedRef]:
+    try:
+        return model.applied_refs(obj.get("status"))
+    except ValueError:
+        return []

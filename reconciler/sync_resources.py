@@ -1,10 +1,19 @@
 """Reconciling one SyncResource: KCP-declared objects kept in one runtime or a group of runtimes.
 
-For each target runtime, each item is applied according to its strategy; objects applied before
-but no longer wanted (an item removed or renamed, a runtime that left the group) are deleted,
-using ``status.applied`` as the record of what this SyncResource put where. Deleting the
-SyncResource deletes everything it applied before its finalizer is removed. Runtimes are
-independent: one that is unreachable is Error for itself while the others proceed.
+Safety first, in controller-runtime's and Argo CD's manner:
+- Ownership: everything applied carries an owner marker (``<SyncResource uid>/<item>``). An
+  object is created only when absent (a POST, which never takes over a same-named object);
+  an existing object without our marker is left alone ("exists, not managed") unless the item's
+  adoption policy allows taking it over; one with another SyncResource's marker is a Conflict.
+- Deleting reads the live object first, deletes only with our marker, and sends the uid and
+  resourceVersion it saw as preconditions, so a recreated or changed object is never hit.
+- Failure keeps state: an item whose apply fails keeps its record and its live object; only
+  records confirmed out of the desired set are released (``sync_plan``).
+- Tenancy: SyncBindings decide which runtimes and kinds a namespace may target (``tenancy``);
+  refusals are a per-item Forbidden state and a Kubernetes Event.
+- ``status.applied`` records what this SyncResource may have put where; deleting the
+  SyncResource releases all of it before the finalizer goes. A runtime whose Kyma is gone
+  (deprovisioned) is dropped from the record, so deletion always finishes.
 """
 
 import asyncio
@@ -12,36 +21,63 @@ import copy
 import dataclasses
 import datetime
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pydantic
-from kubernetes_asyncio import client
 
-from clients import kube
-from reconciler import crds, model, objects, runtime_clients
-from reconciler.workqueue import Result
+from clients import informer, kube, objects
+from contract import wire
+from reconciler import crds, kinds, model, runtime_clients, settings, sync_plan, tenancy, workqueue
+from reconciler.shared import Shared
 
 log = logging.getLogger(__name__)
 
 FINALIZER = "operator.kyma-project.io/sync-resource"
-SYNCED_LABEL = "kyma-project.io/synced-by"
-SYNCED_VALUE = "kyma-sync"
-OWNER_ANNOTATION = "kyma-project.io/sync-resource"
-ITEM_ANNOTATION = "kyma-project.io/sync-item"
-_MERGE = "application/merge-patch+json"
-_ERROR_RETRY = 5.0
+COMPONENT = "kyma-sync-reconciler"
+_WAIT_FOR_DELETION = 2.0
+_NOTEWORTHY = (model.State.FORBIDDEN, model.State.CONFLICT, model.State.WARNING, model.State.ERROR)
 
 
 @dataclasses.dataclass(frozen=True)
-class SyncSettings:
-    restricted_kinds: frozenset[str] = frozenset({"v1/Secret"})
-    max_concurrent_runtimes: int = 16
+class Key:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    """The SyncResource being reconciled, as its objects name it."""
+
+    key: Key
+    uid: str
+
+    def marker(self, item: str) -> str:
+        return f"{self.uid}/{item}"
+
+    def owns(self, obj: dict[str, Any]) -> bool:
+        return marker_uid(obj) == self.uid
+
+
+def marker_uid(obj: dict[str, Any]) -> str | None:
+    marker = ((obj.get("metadata") or {}).get("annotations") or {}).get(wire.OWNER_ANNOTATION)
+    return str(marker).partition("/")[0] if marker else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ItemOutcome:
+    status: model.ItemStatus
+    resolved: objects.Ref | None = None
+    """The object the item names, as stored (None when it could not be resolved)."""
+    record: bool = False
+    """Whether the object may now exist because of us (so it is recorded)."""
 
 
 @dataclasses.dataclass
 class RuntimeOutcome:
-    runtime: str
     items: list[model.ItemStatus]
     applied: list[model.AppliedRef]
     error: str | None = None
@@ -51,212 +87,407 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _key_parts(key: str) -> tuple[str, str]:
-    namespace, _, name = key.partition("/")
-    return namespace, name
-
-
-def _ref(applied: model.AppliedRef) -> objects.Ref:
-    return objects.Ref(applied.api_version, applied.kind, applied.namespace, applied.name)
-
-
-def _labelled(item: model.Item, key: str) -> dict[str, Any]:
-    body = copy.deepcopy(item.resource)
-    metadata = body.setdefault("metadata", {})
-    metadata.setdefault("labels", {})[SYNCED_LABEL] = SYNCED_VALUE
-    metadata.setdefault("annotations", {}).update({OWNER_ANNOTATION: key, ITEM_ANNOTATION: item.name})
-    return body
+def _ref(record: model.AppliedRef) -> objects.Ref:
+    return objects.Ref(record.api_version, record.kind, record.namespace, record.name)
 
 
 class SyncResourceReconciler:
-    def __init__(
-        self,
-        *,
-        kcp: client.ApiClient,
-        clients: runtime_clients.RuntimeClients,
-        settings: SyncSettings,
-        kymas: dict[str, dict[str, Any]],
-    ) -> None:
-        self._kcp = kcp
-        self._clients = clients
-        self._settings = settings
-        self._kymas = kymas
-        """Kyma name -> Kyma CR, kept current by the manager's Kyma watch."""
-        self.runtimes_of: dict[str, set[str]] = {}
-        """SyncResource key -> runtimes it targeted or still has objects in."""
+    def __init__(self, shared: Shared, config: settings.SyncResourcesSettings, *, bindings: informer.Informer) -> None:
+        self._shared = shared
+        self._kcp = shared.kcp
+        self._config = config
+        self._bindings = bindings
+        self._restricted = [kinds.GroupKind.parse(entry) for entry in config.restricted_kinds]
 
-    def _path(self, key: str, *, status: bool = False) -> str:
-        namespace, name = _key_parts(key)
-        return f"{crds.SYNC_RESOURCE.path(namespace)}/{name}" + ("/status" if status else "")
-
-    async def reconcile(self, key: str) -> Result:
+    async def reconcile(self, key: Key) -> workqueue.Result:
         try:
-            resource = await kube.request(self._kcp, "GET", self._path(key))
-        except kube.NotFoundError:
-            self.runtimes_of.pop(key, None)
-            return Result()
+            return await self._reconcile(key)
+        except kube.KubeError as exc:  # KCP itself failed us (or changed under us): retry with backoff
+            return workqueue.Result.failed(f"{key}: {exc}")
+
+    async def _reconcile(self, key: Key) -> workqueue.Result:
+        resource = await kube.get_or_none(self._kcp, crds.SYNC_RESOURCE.object_path(key.namespace, key.name))
+        if resource is None:
+            return workqueue.Result()
+        owner = Owner(key, resource["metadata"]["uid"])
         applied = model.applied_refs(resource.get("status"))
         if resource["metadata"].get("deletionTimestamp"):
-            return await self._finalize(key, resource, applied)
+            return await self._finalize(owner, resource, applied)
         if FINALIZER not in (resource["metadata"].get("finalizers") or []):
-            await self._set_finalizers(key, [*(resource["metadata"].get("finalizers") or []), FINALIZER])
+            await self._set_finalizers(key, resource, [*(resource["metadata"].get("finalizers") or []), FINALIZER])
         try:
             spec = model.Spec.model_validate(resource.get("spec") or {})
         except pydantic.ValidationError as exc:
-            await self._write_status(key, resource, state=model.State.ERROR, message=f"invalid spec: {exc}", items=[], applied=applied)
-            return Result()
-        targets = self._targets(spec)
-        self.runtimes_of[key] = set(targets) | {a.runtime for a in applied}
+            message = f"invalid spec: {_short(exc)}"
+            await self._write_status(resource, state=model.State.ERROR, message=message, items=[], applied=applied)
+            return workqueue.Result.refused(message)
+        policy = tenancy.policy_for(key.namespace, self._binding_specs())
+        if not policy.bindings:
+            message = f"no SyncBinding covers namespace {key.namespace}: nothing is synced"
+            await self._write_status(resource, state=model.State.FORBIDDEN, message=message, items=[], applied=applied)
+            return workqueue.Result()
         generation = resource["metadata"].get("generation")
         if (resource.get("status") or {}).get("observedGeneration") != generation:
-            await self._write_status(
-                key, resource, state=model.State.PROCESSING, message=f"applying generation {generation}",
-                items=[], applied=applied,
+            resource = await self._write_status(
+                resource,
+                state=model.State.PROCESSING,
+                message=f"applying generation {generation}",
+                items=[],
+                applied=applied,
             )
-        semaphore = asyncio.Semaphore(self._settings.max_concurrent_runtimes)
+        placements = sync_plan.place(
+            spec,
+            kymas={r: self._shared.labels_of(r) for r in self._shared.runtimes()},
+            recorded={a.runtime for a in applied},
+            policy=policy,
+        )
+        semaphore = asyncio.Semaphore(self._config.max_concurrent_runtimes)
 
-        async def bounded(runtime: str, wanted: tuple[model.Item, ...]) -> RuntimeOutcome:
+        async def bounded(runtime: str, placement: sync_plan.Placement) -> RuntimeOutcome:
             async with semaphore:
-                return await self._sync_runtime(key, runtime, wanted, [a for a in applied if a.runtime == runtime])
+                previously = [a for a in applied if a.runtime == runtime]
+                return await self._place(owner, spec, policy, runtime, placement, previously)
 
-        leaving = sorted({a.runtime for a in applied} - set(targets))
-        outcomes = await asyncio.gather(
-            *(bounded(runtime, spec.items) for runtime in targets),
-            *(bounded(runtime, ()) for runtime in leaving),
-        )
-        missing = [
-            model.ItemStatus(name=item.name, runtime=runtime, state=model.State.ERROR, message=f"no Kyma {runtime!r} in KCP")
-            for runtime in ([spec.kyma] if spec.kyma and spec.kyma not in self._kymas else [])
-            for item in spec.items
-        ]
-        items = [status for outcome in outcomes for status in outcome.items] + missing
-        new_applied = [ref for outcome in outcomes for ref in outcome.applied]
-        state = _overall(items, [o for o in outcomes if o.error])
-        errors = [o for o in outcomes if o.error]
+        outcomes = await asyncio.gather(*(bounded(r, p) for r, p in placements.items()))
+        items = [status for outcome in outcomes for status in outcome.items]
+        if spec.kyma is not None and self._shared.kyma(spec.kyma) is None:
+            items += [
+                _status(item, spec.kyma, model.State.ERROR, f"no Kyma {spec.kyma!r} in KCP") for item in spec.items
+            ]
+        errors = [r for r, o in zip(placements, outcomes, strict=True) if o.error]
+        state = model.State.ERROR if errors else sync_plan.overall(i.state for i in items)
+        counts = {p: sum(1 for v in placements.values() if v == p) for p in sync_plan.Placement}
         message = (
-            f"{len(targets)} runtime(s), {len(spec.items)} item(s)"
-            + (f"; unreachable: {', '.join(o.runtime for o in errors)}" if errors else "")
+            f"{counts[sync_plan.Placement.SYNC]} runtime(s), {len(spec.items)} item(s)"
+            + (
+                f"; {counts[sync_plan.Placement.FORBIDDEN]} runtime(s) not admitted by a SyncBinding"
+                if counts[sync_plan.Placement.FORBIDDEN]
+                else ""
+            )
+            + (f"; failing: {', '.join(errors)}" if errors else "")
         )
-        await self._write_status(key, resource, state=state, message=message, items=items, applied=new_applied)
-        self.runtimes_of[key] = set(targets) | {a.runtime for a in new_applied}
+        await self._write_status(
+            resource,
+            state=state,
+            message=message,
+            items=items,
+            applied=[ref for outcome in outcomes for ref in outcome.applied],
+        )
         if state == model.State.ERROR:
-            return Result(requeue_after=_ERROR_RETRY)
-        return Result()
+            return workqueue.Result.failed(f"{key}: {message}")
+        if state in (model.State.DELETING, model.State.PROCESSING):
+            return workqueue.Result(requeue_after=_WAIT_FOR_DELETION)
+        return workqueue.Result()
 
-    def _targets(self, spec: model.Spec) -> list[str]:
-        if spec.kyma is not None:
-            return [spec.kyma] if spec.kyma in self._kymas else []
-        assert spec.target is not None
-        return sorted(
-            name for name, kyma in self._kymas.items()
-            if spec.target.selector.matches((kyma.get("metadata") or {}).get("labels") or {})
+    def _binding_specs(self) -> list[tenancy.BindingSpec]:
+        specs = []
+        for binding in self._bindings:
+            try:
+                specs.append(tenancy.BindingSpec.model_validate(binding.get("spec") or {}))
+            except pydantic.ValidationError as exc:
+                log.warning(
+                    "ignoring an invalid SyncBinding",
+                    extra={"binding": binding["metadata"]["name"], "error": _short(exc)},
+                )
+        return specs
+
+    async def _place(
+        self,
+        owner: Owner,
+        spec: model.Spec,
+        policy: tenancy.Policy,
+        runtime: str,
+        placement: sync_plan.Placement,
+        previously: list[model.AppliedRef],
+    ) -> RuntimeOutcome:
+        if placement == sync_plan.Placement.SYNC:
+            return await self._sync_runtime(owner, spec.items, policy, runtime, previously)
+        if placement == sync_plan.Placement.FORBIDDEN:
+            reason = f"no SyncBinding lets namespace {owner.key.namespace} target runtime {runtime}"
+            return RuntimeOutcome([_status(i, runtime, model.State.FORBIDDEN, reason) for i in spec.items], previously)
+        return await self._leave(
+            owner,
+            runtime,
+            previously,
+            still_wanted=lambda kyma: sync_plan.selects(
+                spec, runtime, (kyma.get("metadata") or {}).get("labels") or {}
+            ),
         )
+
+    async def _leave(
+        self,
+        owner: Owner,
+        runtime: str,
+        previously: list[model.AppliedRef],
+        *,
+        still_wanted: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> RuntimeOutcome:
+        """Release what we own in a runtime we are leaving, once KCP confirms we are; drop it if the runtime is gone."""
+        try:
+            kyma = await kube.get_or_none(self._kcp, crds.KYMA.object_path(self._shared.config.kyma_namespace, runtime))
+        except kube.KubeError as exc:
+            return RuntimeOutcome([], previously, f"cannot read Kyma {runtime}: {exc}")
+        if kyma is None:
+            log.info("runtime deprovisioned, dropping its records", extra={"key": str(owner.key), "runtime": runtime})
+            return RuntimeOutcome([], [])
+        if still_wanted is not None and still_wanted(kyma):
+            return RuntimeOutcome([], previously)  # the cache was behind; the next reconcile syncs it
+        try:
+            handle = await self._shared.clients.get(runtime)
+        except runtime_clients.RuntimeUnavailableError as exc:
+            return RuntimeOutcome([], previously, str(exc))
+        kept, errors = await self._release_all(handle, owner, previously)
+        return RuntimeOutcome([], kept, errors[0] if errors else None)
 
     async def _sync_runtime(
-        self, key: str, runtime: str, items: Iterable[model.Item], previously: list[model.AppliedRef]
+        self,
+        owner: Owner,
+        items: Iterable[model.Item],
+        policy: tenancy.Policy,
+        runtime: str,
+        previously: list[model.AppliedRef],
     ) -> RuntimeOutcome:
         items = list(items)
         try:
-            handle = await self._clients.get(runtime)
-        except (runtime_clients.RuntimeUnavailableError, kube.KubeAPIError) as exc:
-            return _unreachable(runtime, items, previously, str(exc))
-        statuses: list[model.ItemStatus] = []
-        applied: list[model.AppliedRef] = []
-        unreachable: list[str] = []
+            handle = await self._shared.clients.get(runtime)
+        except runtime_clients.RuntimeUnavailableError as exc:
+            return RuntimeOutcome(
+                [_status(i, runtime, model.State.ERROR, f"runtime unavailable: {exc}") for i in items],
+                previously,
+                str(exc),
+            )
+        labels = self._shared.labels_of(runtime)
 
-        async def one(item: model.Item) -> None:
-            if unreachable:
-                statuses.append(model.ItemStatus(name=item.name, runtime=runtime, state=model.State.ERROR, message=unreachable[0]))
-                return
-            if item.gvk in self._settings.restricted_kinds:
-                statuses.append(model.ItemStatus(
-                    name=item.name, runtime=runtime, state=model.State.WARNING,
-                    message=f"{item.gvk} is a restricted kind and is never synced",
-                ))
-                return
+        async def one(item: model.Item) -> ItemOutcome:
             async with handle.limit:
-                try:
-                    ref = await self._apply_item(handle.objects, key, item)
-                except kube.KubeUnavailableError as exc:
-                    unreachable.append(f"runtime unreachable: {exc.reason}")
-                    statuses.append(model.ItemStatus(name=item.name, runtime=runtime, state=model.State.ERROR, message=unreachable[0]))
-                    return
-                except (kube.KubeAPIError, objects.UnknownKindError) as exc:
-                    statuses.append(model.ItemStatus(name=item.name, runtime=runtime, state=model.State.ERROR, message=str(exc)))
-                    return
-            statuses.append(model.ItemStatus(name=item.name, runtime=runtime, state=model.State.READY))
-            if ref is not None:
-                applied.append(model.AppliedRef(runtime=runtime, item=item.name, apiVersion=ref.api_version, kind=ref.kind, namespace=ref.namespace, name=ref.name))
+                return await self._item(handle, owner, item, policy, runtime, labels)
 
-        await asyncio.gather(*(one(item) for item in items))
-        if unreachable:
-            return RuntimeOutcome(runtime, statuses, _merge(previously, applied), unreachable[0])
-        wanted = {(_ref(a)) for a in applied}
-        kept = list(applied)
-        for stale in previously:
-            if _ref(stale) in wanted:
+        outcomes = await asyncio.gather(*(one(item) for item in items))
+        wanted: set[sync_plan.ObjectIdentity] = set()
+        unresolved: set[str] = set()
+        records: dict[sync_plan.ObjectIdentity, model.AppliedRef] = {}
+        for item, outcome in zip(items, outcomes, strict=True):
+            if outcome.resolved is None:
+                unresolved.add(item.name)
                 continue
+            ref = outcome.resolved
+            identity = sync_plan.identity(ref.api_version, ref.kind, ref.namespace, ref.name)
+            if item.strategy != model.Strategy.DELETE:
+                wanted.add(identity)  # a Delete item's object is released like any unwanted one
+            if outcome.record:
+                records[identity] = model.AppliedRef(
+                    runtime=runtime,
+                    item=item.name,
+                    apiVersion=ref.api_version,
+                    kind=ref.kind,
+                    namespace=ref.namespace,
+                    name=ref.name,
+                )
+        for record in previously:
+            identity = sync_plan.identity(record.api_version, record.kind, record.namespace, record.name)
+            if identity in wanted or record.item in unresolved:
+                records.setdefault(identity, record)  # still wanted, even if not written now: kept
+        still_held, errors = await self._release_all(
+            handle, owner, sync_plan.stale(previously, wanted=wanted, unresolved_items=unresolved)
+        )
+        for record in still_held:
+            records.setdefault(
+                sync_plan.identity(record.api_version, record.kind, record.namespace, record.name), record
+            )
+        failing = next((o.status.message for o in outcomes if o.status.state == model.State.ERROR), None)
+        return RuntimeOutcome(
+            sorted((o.status for o in outcomes), key=lambda s: s.name),
+            list(records.values()),
+            failing or (errors[0] if errors else None),
+        )
+
+    async def _item(
+        self,
+        handle: runtime_clients.RuntimeHandle,
+        owner: Owner,
+        item: model.Item,
+        policy: tenancy.Policy,
+        runtime: str,
+        labels: dict[str, str],
+    ) -> ItemOutcome:
+        cluster = handle.objects
+        try:
+            resource = await cluster.resource(item.api_version, item.kind)
+        except objects.UnknownKindError as exc:
+            return ItemOutcome(_status(item, runtime, model.State.ERROR, str(exc)))
+        except kube.KubeError as exc:
+            return ItemOutcome(_status(item, runtime, model.State.ERROR, _describe(exc)))
+        names = (resource.gvr.resource, resource.singular)
+        resolved = await cluster.normalise(objects.Ref.of(item.resource))
+        restricted = next((r for r in self._restricted if r.matches(item.group, item.kind, *names)), None)
+        if restricted is not None:
+            message = f"{item.kind} is a restricted kind ({restricted}) and is never synced nor deleted"
+            return ItemOutcome(_status(item, runtime, model.State.WARNING, message), resolved)
+        refusal = policy.refusal(item, labels=labels, names=names)
+        if refusal is not None:
+            return ItemOutcome(_status(item, runtime, model.State.FORBIDDEN, refusal), resolved)
+        try:
+            if item.strategy == model.Strategy.DELETE:
+                state, message = await self._delete_item(cluster, owner, item, resolved)
+                return ItemOutcome(_status(item, runtime, state, message), resolved)
+            state, message, record = await self._apply_item(cluster, owner, item, resolved)
+            return ItemOutcome(_status(item, runtime, state, message), resolved, record)
+        except kube.KubeError as exc:
+            # The write may or may not have happened: record it, the marker decides later.
+            return ItemOutcome(
+                _status(item, runtime, model.State.ERROR, _describe(exc)),
+                resolved,
+                record=item.strategy != model.Strategy.DELETE,
+            )
+
+    async def _apply_item(
+        self, cluster: objects.ClusterObjects, owner: Owner, item: model.Item, ref: objects.Ref
+    ) -> tuple[model.State, str, bool]:
+        """(state, message, whether the object is ours now)"""
+        body = _marked(item, owner)
+        live = await cluster.get(ref)
+        if live is None:
+            try:
+                await cluster.create(body)
+            except kube.ConflictError:
+                return model.State.ERROR, "created by someone else meanwhile; checking again", False
+            await self._apply_subresources(cluster, item, ref)
+            return model.State.READY, "", True
+        if live["metadata"].get("deletionTimestamp"):
+            return (
+                model.State.PROCESSING,
+                "the object is being deleted; it is created again once gone",
+                owner.owns(live),
+            )
+        holder = marker_uid(live)
+        if holder is not None and holder != owner.uid:
+            source = (live["metadata"].get("annotations") or {}).get(wire.SOURCE_ANNOTATION, holder)
+            return model.State.CONFLICT, f"managed by SyncResource {source}", False
+        if holder is None and item.adoption != model.Adoption.IF_UNMANAGED:
+            return (
+                model.State.WARNING,
+                "exists, not managed by kyma-sync: left alone (set adoption: IfUnmanaged to take it over)",
+                False,
+            )
+        if holder is not None and item.strategy == model.Strategy.CREATE_AND_IGNORE:
+            return model.State.READY, "", True
+        body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+        await cluster.apply(body)
+        await self._apply_subresources(cluster, item, ref)
+        return model.State.READY, "adopted" if holder is None else "", True
+
+    async def _apply_subresources(self, cluster: objects.ClusterObjects, item: model.Item, ref: objects.Ref) -> None:
+        for name, content in (item.subresource or {}).items():
+            await cluster.apply(
+                {
+                    "apiVersion": ref.api_version,
+                    "kind": ref.kind,
+                    "metadata": {"name": ref.name, **({"namespace": ref.namespace} if ref.namespace else {})},
+                    name: content,
+                },
+                subresource=name,
+            )
+
+    async def _delete_item(
+        self, cluster: objects.ClusterObjects, owner: Owner, item: model.Item, ref: objects.Ref
+    ) -> tuple[model.State, str]:
+        live = await cluster.get(ref)
+        if live is None:
+            return model.State.READY, ""
+        holder = marker_uid(live)
+        if holder is not None and holder != owner.uid:
+            return model.State.CONFLICT, "managed by another SyncResource: not deleted"
+        if holder is None and item.adoption != model.Adoption.IF_UNMANAGED:
+            return (
+                model.State.WARNING,
+                "exists, not managed by kyma-sync: not deleted (set adoption: IfUnmanaged to delete it)",
+            )
+        if not live["metadata"].get("deletionTimestamp"):
+            await cluster.delete(ref, preconditions=_as_seen(live))
+            if await cluster.get(ref) is None:
+                return model.State.READY, ""
+        return model.State.DELETING, "waiting until the object is gone"
+
+    async def _release_all(
+        self, handle: runtime_clients.RuntimeHandle, owner: Owner, records: list[model.AppliedRef]
+    ) -> tuple[list[model.AppliedRef], list[str]]:
+        """Delete what we own of ``records``; (records still to release, errors)."""
+        kept: list[model.AppliedRef] = []
+        errors: list[str] = []
+        for record in records:
             try:
                 async with handle.limit:
-                    await handle.objects.delete(_ref(stale))
-                log.info("deleted object no longer in the spec", extra={"key": key, "runtime": runtime, "object": stale.name})
-            except kube.KubeAPIError as exc:
-                log.warning("could not delete stale object", extra={"key": key, "runtime": runtime, "error": str(exc)})
-                kept.append(stale)
-        return RuntimeOutcome(runtime, sorted(statuses, key=lambda s: s.name), kept)
+                    done = await self._release(handle.objects, owner, record)
+            except kube.KubeError as exc:
+                done = False
+                errors.append(f"{_ref(record)}: {_describe(exc)}")
+            if not done:
+                kept.append(record)
+        return kept, errors
 
-    async def _apply_item(self, cluster: objects.ClusterObjects, key: str, item: model.Item) -> objects.Ref | None:
-        """Bring one item about in one runtime; the ref of what now exists because of it."""
-        body = _labelled(item, key)
-        ref = await cluster.normalise(objects.Ref.of(body))
-        if item.strategy == model.Strategy.DELETE:
-            await cluster.delete(ref)
-            return None
-        created = True
-        if item.strategy == model.Strategy.CREATE_AND_IGNORE and await cluster.get(ref) is not None:
-            created = False
-        if created:
-            await cluster.apply(body)
-            for name, content in (item.subresource or {}).items():
-                await cluster.apply(
-                    {"apiVersion": ref.api_version, "kind": ref.kind,
-                     "metadata": {"name": ref.name, **({"namespace": ref.namespace} if ref.namespace else {})},
-                     name: content},
-                    subresource=name,
-                )
-        return ref
-
-    async def _finalize(self, key: str, resource: dict[str, Any], applied: list[model.AppliedRef]) -> Result:
-        remaining: list[model.AppliedRef] = []
-        for runtime in sorted({a.runtime for a in applied}):
-            outcome = await self._sync_runtime(key, runtime, (), [a for a in applied if a.runtime == runtime])
-            remaining += outcome.applied
-        if remaining:
-            await self._write_status(
-                key, resource, state=model.State.DELETING,
-                message=f"{len(remaining)} object(s) still to delete", items=[], applied=remaining,
+    async def _release(self, cluster: objects.ClusterObjects, owner: Owner, record: model.AppliedRef) -> bool:
+        """Delete one recorded object if it is still ours; True when nothing is left to do for it."""
+        ref = _ref(record)
+        try:
+            live = await cluster.get(ref)
+        except objects.UnknownKindError:
+            return True
+        if live is None:
+            return True
+        if not owner.owns(live):
+            log.warning(
+                "recorded object is not ours any more, left in place",
+                extra={"key": str(owner.key), "runtime": record.runtime, "object": str(ref)},
             )
-            return Result(requeue_after=_ERROR_RETRY)
-        await self._set_finalizers(key, [f for f in resource["metadata"].get("finalizers") or [] if f != FINALIZER])
-        self.runtimes_of.pop(key, None)
-        return Result()
+            return True
+        if live["metadata"].get("deletionTimestamp"):
+            return True
+        await cluster.delete(ref, preconditions=_as_seen(live))
+        log.info(
+            "deleted object no longer wanted",
+            extra={"key": str(owner.key), "runtime": record.runtime, "object": str(ref)},
+        )
+        return True
 
-    async def _set_finalizers(self, key: str, finalizers: list[str]) -> None:
-        await kube.request(self._kcp, "PATCH", self._path(key), body={"metadata": {"finalizers": finalizers}}, content_type=_MERGE)
+    async def _finalize(
+        self, owner: Owner, resource: dict[str, Any], applied: list[model.AppliedRef]
+    ) -> workqueue.Result:
+        outcomes = [
+            await self._leave(owner, runtime, [a for a in applied if a.runtime == runtime])
+            for runtime in sorted({a.runtime for a in applied})
+        ]
+        remaining = [ref for outcome in outcomes for ref in outcome.applied]
+        if remaining:
+            errors = [o.error for o in outcomes if o.error]
+            message = f"{len(remaining)} object(s) still to delete" + (f": {errors[0]}" if errors else "")
+            await self._write_status(resource, state=model.State.DELETING, message=message, items=[], applied=remaining)
+            return workqueue.Result.failed(message) if errors else workqueue.Result(requeue_after=_WAIT_FOR_DELETION)
+        await self._set_finalizers(
+            owner.key, resource, [f for f in resource["metadata"].get("finalizers") or [] if f != FINALIZER]
+        )
+        return workqueue.Result()
+
+    async def _set_finalizers(self, key: Key, resource: dict[str, Any], finalizers: list[str]) -> None:
+        """Set the finalizers as of the version read (a concurrent change makes this retry, not overwrite)."""
+        await kube.merge_patch(
+            self._kcp,
+            crds.SYNC_RESOURCE.object_path(key.namespace, key.name),
+            {"metadata": {"finalizers": finalizers, "resourceVersion": resource["metadata"]["resourceVersion"]}},
+        )
 
     async def _write_status(
         self,
-        key: str,
         resource: dict[str, Any],
         *,
         state: model.State,
         message: str,
         items: list[model.ItemStatus],
         applied: list[model.AppliedRef],
-    ) -> None:
-        """Write status only when it says something new (its own watch event would loop otherwise)."""
+    ) -> dict[str, Any]:
+        """Write status only when it says something new (its own watch event would loop otherwise); the object after."""
         old = resource.get("status") or {}
-        generation = resource["metadata"].get("generation")
+        metadata = resource["metadata"]
+        generation = metadata.get("generation")
         ready = "True" if state == model.State.READY else "False"
         previous: dict[str, Any] = next((c for c in old.get("conditions") or [] if c.get("type") == "Ready"), {})
         condition = {
@@ -272,36 +503,82 @@ class SyncResourceReconciler:
             "observedGeneration": generation,
             "conditions": [condition],
             "items": [i.model_dump(exclude_defaults=True) for i in sorted(items, key=lambda i: (i.runtime, i.name))],
-            "applied": [a.model_dump(by_alias=True, exclude_none=True) for a in sorted(applied, key=lambda a: (a.runtime, a.item))],
+            "applied": [
+                a.model_dump(by_alias=True, exclude_none=True)
+                for a in sorted(applied, key=lambda a: (a.runtime, a.item))
+            ],
         }
         if all(old.get(k) == v for k, v in status.items()):
-            return
+            return resource
+        await self._announce(resource, old, status)
         status["lastOperation"] = {"operation": message, "lastUpdateTime": _now()}
         try:
-            await kube.request(self._kcp, "PATCH", self._path(key, status=True), body={"status": status}, content_type=_MERGE)
+            return await kube.merge_patch(
+                self._kcp,
+                crds.SYNC_RESOURCE.object_path(metadata["namespace"], metadata["name"], subresource="status"),
+                {"status": status},
+            )
         except kube.NotFoundError:
-            pass
+            return resource
+
+    async def _announce(self, resource: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
+        """A Kubernetes Event for each refusal, conflict or failure that is new since the last status."""
+        before = {(i["runtime"], i["name"]): (i["state"], i.get("message", "")) for i in old.get("items") or []}
+        fresh: dict[tuple[str, str, str], list[str]] = {}
+        for entry in new["items"]:
+            state, text = entry["state"], entry.get("message", "")
+            if state in _NOTEWORTHY and before.get((entry["runtime"], entry["name"])) != (state, text):
+                fresh.setdefault((entry["name"], state, text), []).append(entry["runtime"])
+        notes = [
+            (state, f"item {name}: {text} (runtimes: {_few(runtimes)})")
+            for (name, state, text), runtimes in fresh.items()
+        ]
+        if new["state"] != old.get("state") and new["state"] in _NOTEWORTHY and not notes:
+            notes.append((new["state"], new["conditions"][0]["message"]))
+        for state, text in notes[:10]:
+            try:
+                await kube.record_event(
+                    self._kcp,
+                    involved=resource,
+                    type_="Normal" if state == model.State.READY else "Warning",
+                    reason=state,
+                    message=text,
+                    component=COMPONENT,
+                )
+            except kube.KubeError as exc:
+                log.warning("could not record an Event", extra={"error": str(exc)})
 
 
-def _overall(items: list[model.ItemStatus], failed: list[RuntimeOutcome]) -> model.State:
-    states = {i.state for i in items}
-    if failed or model.State.ERROR in states:
-        return model.State.ERROR
-    if model.State.WARNING in states:
-        return model.State.WARNING
-    return model.State.READY
+def _status(item: model.Item, runtime: str, state: model.State, message: str = "") -> model.ItemStatus:
+    return model.ItemStatus(name=item.name, runtime=runtime, state=state, message=message)
 
 
-def _merge(previously: list[model.AppliedRef], applied: list[model.AppliedRef]) -> list[model.AppliedRef]:
-    """What may exist now: everything applied before plus what was applied this time."""
-    refs = {_ref(a): a for a in previously}
-    refs.update({_ref(a): a for a in applied})
-    return list(refs.values())
+def _marked(item: model.Item, owner: Owner) -> dict[str, Any]:
+    body = copy.deepcopy(item.resource)
+    metadata = body.setdefault("metadata", {})
+    metadata.setdefault("labels", {})[wire.SYNCED_LABEL] = wire.SYNCED_VALUE
+    metadata.setdefault("annotations", {}).update(
+        {
+            wire.OWNER_ANNOTATION: owner.marker(item.name),
+            wire.SOURCE_ANNOTATION: str(owner.key),
+        }
+    )
+    metadata.pop("resourceVersion", None)
+    metadata.pop("uid", None)
+    return body
 
 
-def _unreachable(runtime: str, items: list[model.Item], previously: list[model.AppliedRef], reason: str) -> RuntimeOutcome:
-    statuses = [
-        model.ItemStatus(name=item.name, runtime=runtime, state=model.State.ERROR, message=f"runtime unreachable: {reason}")
-        for item in items
-    ]
-    return RuntimeOutcome(runtime, statuses, previously, reason)
+def _as_seen(live: dict[str, Any]) -> kube.Preconditions:
+    return kube.Preconditions(uid=live["metadata"]["uid"], resource_version=live["metadata"]["resourceVersion"])
+
+
+def _describe(exc: kube.KubeError) -> str:
+    return f"runtime unreachable: {exc.reason}" if isinstance(exc, kube.UnreachableError) else str(exc)
+
+
+def _short(exc: pydantic.ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
+
+
+def _few(names: list[str], limit: int = 5) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")

@@ -3,8 +3,14 @@
 ``add(key)`` returns a future for the outcome of the next reconcile of that key, so a caller
 that must know — a NATS message to ack or nak — can wait for it, while every other trigger just
 fires and forgets. A key added while it is being reconciled runs once more afterwards. A failed
-or requeue-asking reconcile comes back after a per-key exponential backoff with jitter; a
-success resets it. Each reconcile runs under a timeout and a catch-all guard.
+reconcile comes back after a per-key exponential backoff with jitter (the queue is the one
+owner of retries; a message about a failing key is nak'ed with the same delay); a terminal
+failure is not retried until something triggers the key again; a success resets the backoff.
+Each reconcile runs under a timeout and a catch-all guard.
+
+Stopping is bounded: no new key is started, running reconciles get ``grace`` seconds to
+finish, then they are cancelled; every waiter is answered (with a failure when its key did not
+run to the end, so a message about it is redelivered, to the next reconciler).
 """
 
 import asyncio
@@ -13,79 +19,128 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from kit import aio
-
 log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclasses.dataclass(frozen=True)
 class Result:
     error: str | None = None
     requeue_after: float | None = None
-    """Come back after this long even without a trigger (e.g. waiting for a runtime)."""
+    """Come back after this long even without a trigger (e.g. waiting for an object to go)."""
+    terminal: bool = False
+    """The error is one retrying cannot fix (invalid input): wait for the next trigger."""
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
+    @classmethod
+    def failed(cls, error: str) -> "Result":
+        return cls(error=error)
 
-Reconcile = Callable[[str], Awaitable[Result]]
+    @classmethod
+    def refused(cls, error: str) -> "Result":
+        return cls(error=error, terminal=True)
+
+
+Reconcile = Callable[[K], Awaitable[Result]]
+
+_STOPPED = Result.failed("the reconciler stopped before this key was reconciled")
+
+
+def _answer(futures: list["asyncio.Future[Result]"], result: Result) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(result)
 
 
 class QueueMetrics:
-    def __init__(self, registry: CollectorRegistry, *, controller: str) -> None:
+    """The queues' metrics, one set per registry, labelled by controller."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
         self.reconciles = Counter(
-            f"kyma_reconciler_{controller}_reconciles", "Reconciles by outcome", ["outcome"], registry=registry
+            "kyma_reconciler_reconciles",
+            "Reconciles by controller and outcome (ok, error, terminal)",
+            ["controller", "outcome"],
+            registry=registry,
         )
-        self.seconds = Histogram(f"kyma_reconciler_{controller}_reconcile_seconds", "Reconcile duration", registry=registry)
-        self.depth = Gauge(f"kyma_reconciler_{controller}_queue_depth", "Keys waiting", registry=registry)
+        self.seconds = Histogram(
+            "kyma_reconciler_reconcile_seconds", "Reconcile duration", ["controller"], registry=registry
+        )
+        self.depth = Gauge(
+            "kyma_reconciler_queue_depth", "Keys ready and waiting for a worker", ["controller"], registry=registry
+        )
+        self.retries = Counter(
+            "kyma_reconciler_retries", "Keys scheduled again after a failure", ["controller"], registry=registry
+        )
 
 
-class WorkQueue:
+class WorkQueue(Generic[K]):
     def __init__(
         self,
         *,
-        reconcile: Reconcile,
+        name: str,
+        reconcile: Reconcile[K],
         workers: int,
         metrics: QueueMetrics,
         timeout: float = 300,
         backoff_initial: float = 0.5,
-        backoff_max: float = 60,
+        backoff_max: float = 300,
     ) -> None:
+        self._name = name
         self._reconcile = reconcile
         self._workers = workers
-        self._metrics = metrics
+        self._reconciles = {
+            outcome: metrics.reconciles.labels(name, outcome) for outcome in ("ok", "error", "terminal")
+        }
+        self._seconds = metrics.seconds.labels(name)
+        self._depth = metrics.depth.labels(name)
+        self._retries = metrics.retries.labels(name)
         self._timeout = timeout
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
-        self._ready: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self._running: set[str] = set()
-        self._again: set[str] = set()
-        self._waiters: dict[str, list[asyncio.Future[Result]]] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._failures: dict[str, int] = {}
+        self._ready: collections.OrderedDict[K, None] = collections.OrderedDict()
+        self._running: set[K] = set()
+        self._again: set[K] = set()
+        self._waiters: dict[K, list[asyncio.Future[Result]]] = {}
+        self._timers: dict[K, asyncio.TimerHandle] = {}
+        self._failures: dict[K, int] = {}
         self._wake = asyncio.Event()
-        self._stopped = False
+        self._stopping = False
+        self.peak_running = 0
+        """The most reconciles that ran at once (the fan-out bound, observed)."""
 
-    def add(self, key: str, *, delay: float = 0.0) -> "asyncio.Future[Result]":
+    def add(self, key: K) -> "asyncio.Future[Result]":
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
-        if self._stopped:
-            future.cancel()  # no worker will ever answer it
+        if self._stopping:
+            future.set_result(_STOPPED)  # no worker will ever run it
             return future
         self._waiters.setdefault(key, []).append(future)
-        self._schedule(key, delay)
+        self._schedule(key, 0.0)
         return future
 
-    def add_all(self, keys: list[str], *, spread: float = 0.0) -> None:
+    def add_all(self, keys: Iterable[K], *, spread: float = 0.0) -> None:
         """Enqueue many keys, spread over ``spread`` seconds (a resync must not storm)."""
+        if self._stopping:
+            return
         for key in keys:
             self._schedule(key, random.uniform(0, spread) if spread else 0.0)
 
-    def _schedule(self, key: str, delay: float) -> None:
+    def retry_delay(self, key: K) -> float:
+        """How long until the queue retries ``key`` after its last failure (0 if it did not fail)."""
+        timer = self._timers.get(key)
+        if timer is None or key not in self._failures:
+            return 0.0
+        return max(0.0, timer.when() - asyncio.get_running_loop().time())
+
+    def _schedule(self, key: K, delay: float) -> None:
         if delay <= 0:
             self._make_ready(key)
             return
@@ -97,7 +152,7 @@ class WorkQueue:
             timer.cancel()
         self._timers[key] = loop.call_later(delay, self._make_ready, key)
 
-    def _make_ready(self, key: str) -> None:
+    def _make_ready(self, key: K) -> None:
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
@@ -105,73 +160,89 @@ class WorkQueue:
             self._again.add(key)
         else:
             self._ready[key] = None
-        self._metrics.depth.set(len(self._ready))
+        self._depth.set(len(self._ready))
         self._wake.set()
 
-    async def run(self, *, stop: asyncio.Event) -> None:
+    async def run(self, *, stop: asyncio.Event, grace: float = 30) -> None:
+        """Work until ``stop``; then let running reconciles finish for up to ``grace`` seconds."""
+        workers = [asyncio.create_task(self._work(), name=f"{self._name}-worker-{n}") for n in range(self._workers)]
         try:
-            async with asyncio.TaskGroup() as group:
-                for _ in range(self._workers):
-                    group.create_task(aio.run_until(stop, self._work()))
+            await stop.wait()
+            self._stopping = True
+            self._wake.set()
+            _, late = await asyncio.wait(workers, timeout=grace)
+            if late:
+                log.warning(
+                    "reconciles still running after the grace period, cancelling them",
+                    extra={"controller": self._name, "running": len(self._running), "grace": grace},
+                )
         finally:
-            self._stopped = True
+            self._stopping = True
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
             for timer in self._timers.values():
                 timer.cancel()
             for futures in self._waiters.values():
-                for future in futures:
-                    if not future.done():
-                        future.cancel()
+                _answer(futures, _STOPPED)
+            self._waiters.clear()
 
-    async def _next(self) -> str:
+    async def _next(self) -> K | None:
         while not self._ready:
+            if self._stopping:
+                return None
             self._wake.clear()
             await self._wake.wait()
+        if self._stopping:
+            return None
         key, _ = self._ready.popitem(last=False)
-        self._metrics.depth.set(len(self._ready))
+        self._depth.set(len(self._ready))
         return key
 
     async def _work(self) -> None:
-        while True:
-            key = await self._next()
+        while (key := await self._next()) is not None:
             self._running.add(key)
+            self.peak_running = max(self.peak_running, len(self._running))
             waiters = self._waiters.pop(key, [])
             try:
                 result = await self._guarded(key)
             except BaseException:
-                # Stopped mid-reconcile: whoever waits for this run must not wait forever.
-                for future in waiters:
-                    future.cancel()
+                # Cancelled mid-reconcile: whoever waits for this run must not wait forever.
+                _answer(waiters, _STOPPED)
                 raise
-            for future in waiters:
-                if not future.done():
-                    future.set_result(result)
-            self._running.discard(key)
-            if key in self._again:
-                self._again.discard(key)
-                self._make_ready(key)
-            elif not result.ok:
-                self._schedule(key, self._backoff(key))
-            elif result.requeue_after is not None:
-                self._schedule(key, result.requeue_after)
-            if result.ok:
-                self._failures.pop(key, None)
+            finally:
+                self._running.discard(key)
+            self._settled(key, result)
+            _answer(waiters, result)
 
-    def _backoff(self, key: str) -> float:
+    def _settled(self, key: K, result: Result) -> None:
+        if result.ok or result.terminal:
+            self._failures.pop(key, None)
+        if key in self._again:
+            self._again.discard(key)
+            self._make_ready(key)
+        elif not result.ok and not result.terminal:
+            self._retries.inc()
+            self._schedule(key, self._backoff(key))
+        elif result.requeue_after is not None:
+            self._schedule(key, result.requeue_after)
+
+    def _backoff(self, key: K) -> float:
         failures = self._failures[key] = self._failures.get(key, 0) + 1
-        ceiling = min(self._backoff_max, self._backoff_initial * 2 ** (failures - 1))
+        ceiling = min(self._backoff_max, self._backoff_initial * 2 ** min(failures - 1, 32))
         return random.uniform(ceiling / 2, ceiling)
 
-    async def _guarded(self, key: str) -> Result:
+    async def _guarded(self, key: K) -> Result:
         started = time.perf_counter()
         try:
             result = await asyncio.wait_for(self._reconcile(key), timeout=self._timeout)
         except TimeoutError:
-            result = Result(error=f"reconcile of {key} timed out after {self._timeout:g}s")
+            result = Result.failed(f"reconcile of {key} timed out after {self._timeout:g}s")
         except Exception as exc:  # the guard: one broken key must not kill a worker
-            log.exception("reconcile crashed", extra={"key": key})
-            result = Result(error=f"reconcile of {key} crashed: {exc!r}")
-        self._metrics.seconds.observe(time.perf_counter() - started)
-        self._metrics.reconciles.labels("ok" if result.ok else "error").inc()
+            log.exception("reconcile crashed", extra={"controller": self._name, "key": str(key)})
+            result = Result.failed(f"reconcile of {key} crashed: {exc!r}")
+        self._seconds.observe(time.perf_counter() - started)
+        self._reconciles["ok" if result.ok else "terminal" if result.terminal else "error"].inc()
         if not result.ok:
-            log.warning("reconcile failed", extra={"key": key, "error": result.error})
+            log.warning("reconcile failed", extra={"controller": self._name, "key": str(key), "error": result.error})
         return result

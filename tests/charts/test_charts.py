@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes_asyncio import client
 
-from clients import kube
+from clients import kube, objects
+from contract import wire
 from devenv import testbin
 from listener import settings as listener_settings
-from reconciler import crds, objects
+from reconciler import crds
 from reconciler import settings as reconciler_settings
 from watcher import config as watcher_config
 
@@ -26,9 +26,20 @@ def helm() -> Path:
 
 def render(helm: Path, chart: str, *extra: str, namespace: str = "kyma-system") -> list[dict[str, Any]]:
     out = subprocess.run(
-        [str(helm), "template", chart, str(CHARTS / chart), "--namespace", namespace, "--include-crds",
-         *REQUIRED[chart], *extra],
-        capture_output=True, text=True, check=True,
+        [
+            str(helm),
+            "template",
+            chart,
+            str(CHARTS / chart),
+            "--namespace",
+            namespace,
+            "--include-crds",
+            *REQUIRED[chart],
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
@@ -41,7 +52,9 @@ def embedded(docs: list[dict[str, Any]], key: str) -> Any:
 @pytest.mark.parametrize("chart", sorted(REQUIRED))
 def test_chart_lints_clean(helm: Path, chart: str) -> None:
     """helm lint --strict passes with the required values."""
-    result = subprocess.run([str(helm), "lint", "--strict", str(CHARTS / chart), *REQUIRED[chart]], capture_output=True, text=True)
+    result = subprocess.run(
+        [str(helm), "lint", "--strict", str(CHARTS / chart), *REQUIRED[chart]], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -50,7 +63,9 @@ def test_watcher_chart_config_is_valid_and_rbac_covers_exactly_the_watches(helm:
     docs = render(helm, "kyma-watcher")
     config = watcher_config.WatcherConfig.model_validate(embedded(docs, "watcher.yaml"))
     [role] = [d for d in docs if d["kind"] == "ClusterRole"]
-    assert [(r["apiGroups"][0], r["resources"][0]) for r in role["rules"]] == [(w.group, w.resource) for w in config.watches]
+    assert [(r["apiGroups"][0], r["resources"][0]) for r in role["rules"]] == [
+        (w.group, w.resource) for w in config.watches
+    ]
     assert all(r["verbs"] == ["get", "list", "watch"] for r in role["rules"])
     assert {d["kind"] for d in docs} >= {"DaemonSet", "ServiceAccount", "Role", "RoleBinding", "ConfigMap"}
 
@@ -63,7 +78,10 @@ def test_watcher_chart_requires_the_runtime_name(helm: Path) -> None:
 
 @pytest.mark.parametrize(
     ("values", "proxy"),
-    [pytest.param([], False, id="passthrough"), pytest.param(["--set", "ingress.mode=forward-client-cert"], True, id="forwarded")],
+    [
+        pytest.param([], False, id="passthrough"),
+        pytest.param(["--set", "ingress.mode=forward-client-cert"], True, id="forwarded"),
+    ],
 )
 def test_listener_chart_config_matches_the_ingress_mode(helm: Path, values: list[str], proxy: bool) -> None:
     """Passthrough serves mTLS itself; forwarded trusts the header from the trusted proxies only."""
@@ -73,7 +91,13 @@ def test_listener_chart_config_matches_the_ingress_mode(helm: Path, values: list
     [ingress] = [d for d in docs if d["kind"] == "Ingress"]
     annotations = ingress["metadata"]["annotations"]
     assert ("nginx.ingress.kubernetes.io/auth-tls-pass-certificate-to-upstream" in annotations) is proxy
-    assert {d["kind"] for d in docs} >= {"Deployment", "Service", "Ingress", "PodDisruptionBudget", "HorizontalPodAutoscaler"}
+    assert {d["kind"] for d in docs} >= {
+        "Deployment",
+        "Service",
+        "Ingress",
+        "PodDisruptionBudget",
+        "HorizontalPodAutoscaler",
+    }
 
 
 def test_listener_chart_can_bring_its_own_nats(helm: Path) -> None:
@@ -89,17 +113,25 @@ def test_reconciler_chart_config_is_valid_and_ships_the_crds(helm: Path) -> None
     docs = render(helm, "kyma-reconciler", namespace="kcp-system")
     reconciler_settings.ReconcilerSettings.model_validate(embedded(docs, "reconciler.yaml"))
     shipped = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
-    assert sorted(shipped, key=lambda d: d["metadata"]["name"]) == sorted(crds.kcp_crds(), key=lambda d: d["metadata"]["name"])
+    assert sorted(shipped, key=lambda d: d["metadata"]["name"]) == sorted(
+        crds.kcp_crds(), key=lambda d: d["metadata"]["name"]
+    )
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("chart", sorted(REQUIRED))
-async def test_rendered_objects_are_accepted_by_a_real_apiserver(helm: Path, kcp_api: client.ApiClient, chart: str) -> None:
+async def test_rendered_objects_are_accepted_by_a_real_apiserver(
+    helm: Path, kcp_api: kube.ApiClient, chart: str
+) -> None:
     """Every rendered object passes a server-side dry-run apply (schema, defaults, admission)."""
     namespace = "charts-" + chart.removeprefix("kyma-")
     await kube.ensure_namespace(kcp_api, namespace)
     await kube.ensure_namespace(kcp_api, "kyma-sync-kubeconfigs")
-    cluster = objects.ClusterObjects(kcp_api)
-    docs = render(helm, chart, "--set", "nats.deploy=true", namespace=namespace) if chart == "kyma-listener" else render(helm, chart, namespace=namespace)
+    cluster = objects.ClusterObjects(kcp_api, field_manager=wire.RECONCILER_FIELD_MANAGER)
+    docs = (
+        render(helm, chart, "--set", "nats.deploy=true", namespace=namespace)
+        if chart == "kyma-listener"
+        else render(helm, chart, namespace=namespace)
+    )
     for doc in docs:
         await cluster.apply(doc, dry_run=True)

@@ -15,9 +15,21 @@ pytestmark = pytest.mark.integration
 def test_demo_scenario_converges_and_exits_cleanly(testbin_binaries: testbin.Binaries, tmp_path: Path) -> None:
     """SyncResource converges, drift is reset, the VpcPeering is mirrored with status back and cleaned up."""
     result = subprocess.run(
-        [sys.executable, "-m", "devenv.cli", "--testbin", str(testbin_binaries.directory),
-         "demo", "--exit-when-done", "--workdir", str(tmp_path / "demo")],
-        capture_output=True, text=True, timeout=240, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        [
+            sys.executable,
+            "-m",
+            "devenv.cli",
+            "--testbin",
+            str(testbin_binaries.directory),
+            "demo",
+            "--exit-when-done",
+            "--workdir",
+            str(tmp_path / "demo"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     output = result.stdout
     assert result.returncode == 0, result.stderr[-3000:]
@@ -36,4 +48,9 @@ def test_demo_scenario_converges_and_exits_cleanly(testbin_binaries: testbin.Bin
     ):
         assert expected in output, f"missing {expected!r} in:\n{output}"
     logs = tmp_path / "demo" / "logs"
-    assert {p.name for p in logs.iterdir()} >= {"listener.log", "watcher-skr-1.log", "watcher-skr-2.log", "reconciler.log"}
+    assert {p.name for p in logs.iterdir()} >= {
+        "listener.log",
+        "watcher-skr-1.log",
+        "watcher-skr-2.log",
+        "reconciler.log",
+    }

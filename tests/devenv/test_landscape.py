@@ -37,13 +37,12 @@ async def _watch_until_added(core: client.CoreV1Api, *, name: str, resource_vers
 
 
 async def test_configmap_change_in_runtime_arrives_once_on_jetstream(
-    landscape: landscape_mod.Landscape, skr_api: client.ApiClient, nats_client: Nats
+    landscape: landscape_mod.Landscape, skr_api: client.ApiClient, nats_client: Nats, event_bus: bus.Bus
 ) -> None:
     """Create a ConfigMap in SKR, watch it, publish it as an event twice: JetStream holds it once."""
     core = client.CoreV1Api(skr_api)
     js = nats_client.jetstream()
     stream = bus.StreamSettings()
-    await bus.ensure_stream(js, stream)
 
     name = f"smoke-{uuid.uuid4().hex[:8]}"
     listing = await core.list_namespaced_config_map("default", label_selector=SELECTOR)
@@ -64,8 +63,13 @@ async def test_configmap_change_in_runtime_arrives_once_on_jetstream(
         runtime=runtime,
         module=module,
         target=events.WatchedObject(
-            group="", version="v1", resource="configmaps", kind="ConfigMap",
-            namespace="default", name=name, uid=seen.metadata.uid,
+            group="",
+            version="v1",
+            resource="configmaps",
+            kind="ConfigMap",
+            namespace="default",
+            name=name,
+            uid=seen.metadata.uid,
         ),
         resource_version=seen.metadata.resource_version,
         change_type=events.ChangeType.ADDED,

@@ -5,7 +5,7 @@ import contextlib
 import dataclasses
 import datetime
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +15,18 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
-from certs import authority, kubeconfigs, runtimes, stores
+from certs import stores
 from clients import kube
+from contract import wire
 from devenv import landscape as landscape_mod
 from listener import server
 from listener import settings as listener_settings
+from pki import authority, kubeconfigs
 from reconciler import cli, crds, manager, settings
 from watcher import agent as agent_mod
 
 from ..listener.conftest import wait_ready
+from ..waiting import eventually
 
 MODULE = "kyma-sync"
 
@@ -36,35 +39,66 @@ async def ensure_namespace(api: client.ApiClient, name: str) -> None:
             raise
 
 
-async def register_runtime(kcp: client.ApiClient, name: str, kubeconfig: dict[str, Any], labels: dict[str, str]) -> None:
-    """A Kyma CR and the reconciler's kubeconfig Secret for one runtime."""
-    await kube.ensure_namespace(kcp, runtimes.KUBECONFIG_NAMESPACE)
-    await stores.write_secret(
-        client.CoreV1Api(kcp), namespace=runtimes.KUBECONFIG_NAMESPACE, name=runtimes.module_secret_name(MODULE, name),
-        data={runtimes.KUBECONFIG_KEY: kubeconfigs.dump(kubeconfig).encode()},
-        labels={runtimes.RUNTIME_LABEL: name, runtimes.MODULE_LABEL: MODULE},
-    )
-    kyma = {"apiVersion": "operator.kyma-project.io/v1beta2", "kind": "Kyma",
-            "metadata": {"name": name, "namespace": runtimes.KCP_NAMESPACE, "labels": labels}, "spec": {"channel": "regular"}}
-    path = crds.KYMA.path(runtimes.KCP_NAMESPACE)
+async def register_runtime(
+    kcp: client.ApiClient,
+    name: str,
+    kubeconfig: dict[str, Any],
+    labels: dict[str, str],
+    *,
+    namespace: str = wire.KCP_NAMESPACE,
+    kubeconfig_secret: bool = True,
+) -> None:
+    """A Kyma CR (in ``namespace``) and, unless told otherwise, the reconciler's kubeconfig Secret for one runtime."""
+    if kubeconfig_secret:
+        await kube.ensure_namespace(kcp, wire.KUBECONFIG_NAMESPACE)
+        await stores.write_secret(
+            kcp,
+            namespace=wire.KUBECONFIG_NAMESPACE,
+            name=wire.module_kubeconfig_secret(MODULE, name),
+            data={wire.KUBECONFIG_KEY: kubeconfigs.dump(kubeconfig).encode()},
+            labels={wire.RUNTIME_LABEL: name, wire.MODULE_LABEL: MODULE},
+        )
+    kyma = {
+        "apiVersion": "operator.kyma-project.io/v1beta2",
+        "kind": "Kyma",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"channel": "regular"},
+    }
+    path = crds.KYMA.path(namespace)
     try:
         await kube.request(kcp, "POST", path, body=kyma)
     except kube.ConflictError:
-        await kube.request(kcp, "PATCH", f"{path}/{name}", body={"metadata": {"labels": labels}}, content_type="application/merge-patch+json")
+        await kube.request(
+            kcp,
+            "PATCH",
+            f"{path}/{name}",
+            body={"metadata": {"labels": labels}},
+            content_type="application/merge-patch+json",
+        )
+
+
+async def bind(kcp: client.ApiClient, namespace: str, **spec: Any) -> None:
+    """A SyncBinding letting ``namespace`` sync to every runtime (narrowed by ``spec``)."""
+    await kube.create_or_replace(
+        kcp,
+        crds.SYNC_BINDING.path(),
+        {
+            "apiVersion": crds.SYNC_BINDING.api_version,
+            "kind": "SyncBinding",
+            "metadata": {"name": f"test-{namespace}"},
+            "spec": {"namespaces": [namespace], "runtimeSelector": {}, **spec},
+        },
+    )
 
 
 async def label_kyma(kcp: client.ApiClient, name: str, labels: dict[str, str | None]) -> None:
     await kube.request(
-        kcp, "PATCH", f"{crds.KYMA.path(runtimes.KCP_NAMESPACE)}/{name}",
-        body={"metadata": {"labels": labels}}, content_type="application/merge-patch+json",
+        kcp,
+        "PATCH",
+        f"{crds.KYMA.path(wire.KCP_NAMESPACE)}/{name}",
+        body={"metadata": {"labels": labels}},
+        content_type="application/merge-patch+json",
     )
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], *, timeout: float = 30, what: str = "condition") -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 @dataclasses.dataclass
@@ -75,18 +109,29 @@ class Kcp:
     runtime_namespace: str
     """This test's namespace in every SKR."""
     skrs: dict[str, client.ApiClient]
+    kubeconfigs: dict[str, dict[str, Any]]
+    """Admin kubeconfig of every SKR."""
 
     def path(self, name: str = "") -> str:
         return f"{crds.SYNC_RESOURCE.path(self.namespace)}" + (f"/{name}" if name else "")
 
     async def create(self, name: str, spec: dict[str, Any]) -> None:
-        await kube.request(self.api, "POST", self.path(), body={
-            "apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "SyncResource",
-            "metadata": {"name": name, "namespace": self.namespace}, "spec": spec,
-        })
+        await kube.request(
+            self.api,
+            "POST",
+            self.path(),
+            body={
+                "apiVersion": "operator.kyma-project.io/v1alpha1",
+                "kind": "SyncResource",
+                "metadata": {"name": name, "namespace": self.namespace},
+                "spec": spec,
+            },
+        )
 
     async def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
-        await kube.request(self.api, "PATCH", self.path(name), body={"spec": spec}, content_type="application/merge-patch+json")
+        await kube.request(
+            self.api, "PATCH", self.path(name), body={"spec": spec}, content_type="application/merge-patch+json"
+        )
 
     async def get(self, name: str) -> dict[str, Any] | None:
         try:
@@ -98,32 +143,50 @@ class Kcp:
         resource = await self.get(name)
         return ((resource or {}).get("status") or {}).get("state")
 
-    def configmap(self, name: str, data: dict[str, str], strategy: str = "CreateAndSync", item: str | None = None) -> dict[str, Any]:
-        return {"name": item or name, "strategy": strategy, "resource": {
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": self.runtime_namespace}, "data": data}}
+    def configmap(
+        self, name: str, data: dict[str, str], strategy: str = "CreateAndSync", item: str | None = None
+    ) -> dict[str, Any]:
+        return {
+            "name": item or name,
+            "strategy": strategy,
+            "resource": {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": self.runtime_namespace},
+                "data": data,
+            },
+        }
 
     async def configmap_in(self, runtime: str, name: str) -> dict[str, Any] | None:
         try:
-            return await kube.request(self.skrs[runtime], "GET", f"/api/v1/namespaces/{self.runtime_namespace}/configmaps/{name}")
+            return await kube.request(
+                self.skrs[runtime], "GET", f"/api/v1/namespaces/{self.runtime_namespace}/configmaps/{name}"
+            )
         except kube.NotFoundError:
             return None
 
 
 @pytest.fixture
 async def kcp(landscape: landscape_mod.Landscape, kcp_api: client.ApiClient) -> AsyncIterator[Kcp]:
-    await ensure_namespace(kcp_api, runtimes.KCP_NAMESPACE)
-    await crds.install(kcp_api, [crds.sync_resource_crd(), crds.kyma_crd(), crds.module_template_crd()])
+    await ensure_namespace(kcp_api, wire.KCP_NAMESPACE)
+    await crds.install(kcp_api, crds.kcp_crds())
     suffix = uuid.uuid4().hex[:6]
     namespace, runtime_namespace = f"sr-{suffix}", f"synced-{suffix}"
     await ensure_namespace(kcp_api, namespace)
+    await bind(kcp_api, namespace)
     async with contextlib.AsyncExitStack() as stack:
         skrs = {}
         for name, cluster in landscape.runtimes.items():
             await register_runtime(kcp_api, name, cluster.admin_kubeconfig(), {})
             skrs[name] = await stack.enter_async_context(await kube.api_client(cluster.admin_kubeconfig()))
             await ensure_namespace(skrs[name], runtime_namespace)
-        yield Kcp(api=kcp_api, namespace=namespace, runtime_namespace=runtime_namespace, skrs=skrs)
+        yield Kcp(
+            api=kcp_api,
+            namespace=namespace,
+            runtime_namespace=runtime_namespace,
+            skrs=skrs,
+            kubeconfigs={name: cluster.admin_kubeconfig() for name, cluster in landscape.runtimes.items()},
+        )
 
 
 @pytest.fixture
@@ -134,14 +197,19 @@ def run_controller(kcp: Kcp) -> Callable[..., "contextlib.AbstractAsyncContextMa
     async def start(
         *, resync_seconds: float = 300, nats_servers: tuple[str, ...] = (), **sections: Any
     ) -> AsyncIterator[manager.Manager]:
-        config = settings.ReconcilerSettings.model_validate({
-            "nats_servers": nats_servers,
-            "durable_prefix": f"test-{uuid.uuid4().hex[:6]}",
-            "sync_resources": {"namespace": kcp.namespace, "resync_seconds": resync_seconds},
-            "module_templates": {"enabled": False},
-            "kyma": {"enabled": False},
-            **sections,
-        })
+        config = settings.ReconcilerSettings.model_validate(
+            {
+                "nats": {"servers": nats_servers, "durable_prefix": f"test-{uuid.uuid4().hex[:6]}"},
+                "module_templates": {"enabled": False},
+                "kyma": {"enabled": False},
+                **sections,
+                "sync_resources": {
+                    "namespace": kcp.namespace,
+                    "resync_seconds": resync_seconds,
+                    **sections.get("sync_resources", {}),
+                },
+            }
+        )
         running = cli.build_manager(config, kcp=kcp.api, registry=CollectorRegistry())
         stop = asyncio.Event()
         task = asyncio.create_task(running.run(stop=stop))
@@ -177,27 +245,43 @@ def pipeline(
         hour = datetime.timedelta(hours=1)
         serving, client_cert = ca.issue_server(["127.0.0.1"], lifetime=hour), ca.issue_runtime("skr-1", lifetime=hour)
         bundle = _write(tmp_path, "bundle.crt", ca.to_files()[authority.BUNDLE])
-        listener_config = listener_settings.ListenerSettings.model_validate({
-            "host": "127.0.0.1", "port": 0, "management_port": 0, "modules": modules,
-            "tls": {"cert_file": _write(tmp_path, "srv.crt", serving.cert_pem),
-                    "key_file": _write(tmp_path, "srv.key", serving.key_pem)},
-            "trust": {"client_ca_file": bundle},
-            "nats": {"servers": [landscape.nats.url]},
-        })
+        listener_config = listener_settings.ListenerSettings.model_validate(
+            {
+                "host": "127.0.0.1",
+                "port": 0,
+                "management_port": 0,
+                "modules": modules,
+                "tls": {
+                    "cert_file": _write(tmp_path, "srv.crt", serving.cert_pem),
+                    "key_file": _write(tmp_path, "srv.key", serving.key_pem),
+                },
+                "trust": {"client_ca_file": bundle},
+                "nats": {"servers": [landscape.nats.url]},
+            }
+        )
         async with server.serving(listener_config, registry=CollectorRegistry()) as bound:
             await wait_ready(bound)
             watcher_config = tmp_path / "watcher.yaml"
-            watcher_config.write_text(yaml.safe_dump({
-                "runtime": "skr-1",
-                "listeners": [{"url": bound.events_url}],
-                "tls": {"cert_file": _write(tmp_path, "c.crt", client_cert.cert_pem),
-                        "key_file": _write(tmp_path, "c.key", client_cert.key_pem), "ca_file": bundle},
-                "watches": watches,
-                "lease": {"namespace": kcp.runtime_namespace},
-                "checkpoint": {"namespace": kcp.runtime_namespace},
-                "management_port": 0,
-            }))
-            watcher = agent_mod.Agent(config_path=watcher_config, api=kcp.skrs["skr-1"], identity="w", registry=CollectorRegistry())
+            watcher_config.write_text(
+                yaml.safe_dump(
+                    {
+                        "runtime": "skr-1",
+                        "listeners": [{"url": bound.events_url}],
+                        "tls": {
+                            "cert_file": _write(tmp_path, "c.crt", client_cert.cert_pem),
+                            "key_file": _write(tmp_path, "c.key", client_cert.key_pem),
+                            "ca_file": bundle,
+                        },
+                        "watches": watches,
+                        "lease": {"namespace": kcp.runtime_namespace},
+                        "checkpoint": {"namespace": kcp.runtime_namespace},
+                        "management_port": 0,
+                    }
+                )
+            )
+            watcher = agent_mod.Agent(
+                config_path=watcher_config, api=kcp.skrs["skr-1"], identity="w", registry=CollectorRegistry()
+            )
             stop = asyncio.Event()
             watching = asyncio.create_task(watcher.run(stop=stop))
             try:

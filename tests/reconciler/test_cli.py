@@ -9,10 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from clients import kube
 from devenv import landscape as landscape_mod
 from devenv import net
+from pki import kubeconfigs, pki
+from reconciler import crds
 
-from .conftest import Kcp, eventually
+from ..waiting import eventually
+from .conftest import Kcp, register_runtime
 
 pytestmark = pytest.mark.integration
 
@@ -22,11 +26,10 @@ async def test_reconciler_process_syncs_and_stops_on_sigterm(
 ) -> None:
     """Started with --config and --kcp-kubeconfig it syncs; SIGTERM ends it with exit 0."""
     config = tmp_path / "reconciler.yaml"
-    config.write_text(yaml.safe_dump({"management_port": net.free_port(), "sync_resources": {"namespace": kcp.namespace}}))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "reconciler.cli", "--config", str(config),
-         "--kcp-kubeconfig", str(landscape.kcp.admin_kubeconfig_path), "--log-level", "WARNING"],
+    config.write_text(
+        yaml.safe_dump({"management_port": net.free_port(), "sync_resources": {"namespace": kcp.namespace}})
     )
+    process = await start_reconciler(landscape, config)
     try:
         await kcp.create("cli", {"kyma": "skr-2", "items": [kcp.configmap("cm-cli", {"k": "v"})]})
 
@@ -37,7 +40,7 @@ async def test_reconciler_process_syncs_and_stops_on_sigterm(
         await eventually(synced, what="synced by the process")
     finally:
         process.send_signal(signal.SIGTERM)
-        code = await asyncio.get_running_loop().run_in_executor(None, lambda: process.wait(timeout=20))
+        code = await asyncio.wait_for(process.wait(), timeout=20)
     assert code == 0
 
 
@@ -45,5 +48,70 @@ def test_invalid_configuration_exits_2(tmp_path: Path) -> None:
     """A configuration error is reported with exit code 2 before anything starts."""
     config = tmp_path / "bad.yaml"
     config.write_text(yaml.safe_dump({"sync_resources": {"workers": 0}}))
-    result = subprocess.run([sys.executable, "-m", "reconciler.cli", "--config", str(config)], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "reconciler.cli", "--config", str(config)], capture_output=True, text=True
+    )
     assert result.returncode == 2 and "sync_resources.workers" in result.stderr
+
+
+async def test_sigterm_under_a_backlog_of_failing_keys_exits_within_the_grace_period(
+    landscape: landscape_mod.Landscape, kcp: Kcp, tmp_path: Path
+) -> None:
+    """Forty SyncResources stuck on a runtime whose apiserver never answers: SIGTERM still ends the process in time."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # accept, then never answer: every request waits for its timeout
+
+    blackhole = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = blackhole.sockets[0].getsockname()[1]
+    runtime = "skr-blackhole"
+    ca = pki.create_ca("blackhole")
+    await register_runtime(
+        kcp.api,
+        runtime,
+        kubeconfigs.build(cluster=runtime, server=f"https://127.0.0.1:{port}", ca_pem=ca.cert_pem, user="x", token="x"),
+        {},
+    )
+    for n in range(40):
+        await kcp.create(f"stuck-{n}", {"kyma": runtime, "items": [kcp.configmap("cm-stuck", {"k": "v"})]})
+    grace = 5
+    config = tmp_path / "reconciler.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "management_port": net.free_port(),
+                "shutdown_grace_seconds": grace,
+                "sync_resources": {"namespace": kcp.namespace, "workers": 8},
+            }
+        )
+    )
+    process = await start_reconciler(landscape, config)
+    try:
+        await eventually(lambda: len(held) >= 8, timeout=60, what="workers stuck on the blackhole")
+        process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(process.wait(), timeout=grace + 15)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        for writer in held:
+            writer.close()
+        blackhole.close()
+        await blackhole.wait_closed()
+        await kube.request(kcp.api, "DELETE", f"{crds.KYMA.path('kcp-system')}/{runtime}")
+    assert code == 0
+
+
+async def start_reconciler(landscape: landscape_mod.Landscape, config: Path) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "reconciler.cli",
+        "--config",
+        str(config),
+        "--kcp-kubeconfig",
+        str(landscape.kcp.admin_kubeconfig_path),
+        "--log-level",
+        "WARNING",
+    )

@@ -8,7 +8,8 @@ import pytest
 from clients import kube
 from reconciler import crds
 
-from .conftest import Kcp, eventually
+from ..waiting import eventually
+from .conftest import Kcp
 
 pytestmark = pytest.mark.integration
 
@@ -31,13 +32,26 @@ async def test_kyma_modules_are_the_union_and_status_flows_down(kcp: Kcp, run_co
     async with run_controller(kyma={"enabled": True, "resync_seconds": 1}):
         await eventually(lambda: _equals(skr_modules(kcp), {"keda"}), what="Kyma created in the runtime")
         await kube.request(
-            kcp.skrs["skr-2"], "PATCH", SKR_KYMA, query=[("fieldManager", "kubectl")], content_type=MERGE,
+            kcp.skrs["skr-2"],
+            "PATCH",
+            SKR_KYMA,
+            query=[("fieldManager", "kubectl")],
+            content_type=MERGE,
             body={"spec": {"modules": [{"name": "keda"}, {"name": "istio"}]}},
         )
-        await kube.request(kcp.api, "PATCH", KCP_KYMA, content_type=MERGE,
-                           body={"spec": {"modules": [{"name": "keda"}, {"name": "btp-operator"}]}})
-        await eventually(lambda: _equals(skr_modules(kcp), {"keda", "istio", "btp-operator"}), what="union of both sides")
-        await kube.request(kcp.api, "PATCH", f"{KCP_KYMA}/status", body={"status": {"state": "Ready"}}, content_type=MERGE)
+        await kube.request(
+            kcp.api,
+            "PATCH",
+            KCP_KYMA,
+            content_type=MERGE,
+            body={"spec": {"modules": [{"name": "keda"}, {"name": "btp-operator"}]}},
+        )
+        await eventually(
+            lambda: _equals(skr_modules(kcp), {"keda", "istio", "btp-operator"}), what="union of both sides"
+        )
+        await kube.request(
+            kcp.api, "PATCH", f"{KCP_KYMA}/status", body={"status": {"state": "Ready"}}, content_type=MERGE
+        )
 
         async def status_down() -> bool:
             kyma = await kube.request(kcp.skrs["skr-2"], "GET", SKR_KYMA)
@@ -48,4 +62,4 @@ async def test_kyma_modules_are_the_union_and_status_flows_down(kcp: Kcp, run_co
 
 
 async def _equals(value: Any, expected: set[str]) -> bool:
-    return await value == expected
+    return bool(await value == expected)

@@ -13,7 +13,8 @@ from devenv import landscape as landscape_mod
 from devenv import standins
 from reconciler import crds, mirror
 
-from .conftest import Kcp, eventually
+from ..waiting import eventually
+from .conftest import Kcp
 
 pytestmark = pytest.mark.integration
 
@@ -21,12 +22,19 @@ API = "cloud-resources.kyma-project.io/v1beta1"
 
 
 def peering(kcp: Kcp, name: str, remote: str) -> dict[str, Any]:
-    return {"apiVersion": API, "kind": "VpcPeering", "metadata": {"name": name, "namespace": kcp.runtime_namespace},
-            "spec": {"remoteVpc": remote}}
+    return {
+        "apiVersion": API,
+        "kind": "VpcPeering",
+        "metadata": {"name": name, "namespace": kcp.runtime_namespace},
+        "spec": {"remoteVpc": remote},
+    }
 
 
 async def test_vpc_peering_is_mirrored_gets_status_and_is_cleaned_up(
-    landscape: landscape_mod.Landscape, kcp: Kcp, run_controller: Callable[..., Any], pipeline: Callable[..., Any],
+    landscape: landscape_mod.Landscape,
+    kcp: Kcp,
+    run_controller: Callable[..., Any],
+    pipeline: Callable[..., Any],
     nats_client: Nats,
 ) -> None:
     """Create in SKR -> mirror in KCP -> status back in SKR; stale events change nothing; delete cleans both."""
@@ -34,27 +42,49 @@ async def test_vpc_peering_is_mirrored_gets_status_and_is_cleaned_up(
         await crds.install(api, [crds.vpc_peering_crd()])
     source_path = f"{crds.VPC_PEERING.path(kcp.runtime_namespace)}/peer-a"
     mirror_path = f"{crds.VPC_PEERING.path('mirror-skr-1')}/{kcp.runtime_namespace}.peer-a"
-    watches = [{"group": "cloud-resources.kyma-project.io", "version": "v1beta1", "resource": "vpcpeerings",
-                "namespaces": [kcp.runtime_namespace], "label_selector": "!kyma-project.io/skip-mirror",
-                "module": "cloud-manager"}]
+    watches = [
+        {
+            "group": "cloud-resources.kyma-project.io",
+            "version": "v1beta1",
+            "resource": "vpcpeerings",
+            "namespaces": [kcp.runtime_namespace],
+            "label_selector": "!kyma-project.io/skip-mirror",
+            "module": "cloud-manager",
+        }
+    ]
     stop_manager = asyncio.Event()
-    manager_task = asyncio.create_task(informer.follow(
-        kcp.api, crds.VPC_PEERING, namespace="mirror-skr-1", label_selector=None,
-        handler=standins.PeeringManager(kcp.api), stop=stop_manager,
-    ))
+    manager_task = asyncio.create_task(
+        informer.follow(
+            kcp.api,
+            crds.VPC_PEERING,
+            namespace="mirror-skr-1",
+            label_selector=None,
+            handler=standins.PeeringManager(kcp.api),
+            stop=stop_manager,
+        )
+    )
     try:
-        async with pipeline(watches, ["cloud-manager"]), run_controller(
-            resync_seconds=3600, nats_servers=(landscape.nats.url,), mirror={"enabled": True, "resync_seconds": 3600}
-        ) as reconcilers:
-            await kube.request(kcp.skrs["skr-1"], "POST", crds.VPC_PEERING.path(kcp.runtime_namespace),
-                               body=peering(kcp, "peer-a", "vpc-1"))
+        async with (
+            pipeline(watches, ["cloud-manager"]),
+            run_controller(
+                resync_seconds=3600,
+                nats_servers=(landscape.nats.url,),
+                mirror={"enabled": True, "resync_seconds": 3600},
+            ) as reconcilers,
+        ):
+            await kube.request(
+                kcp.skrs["skr-1"],
+                "POST",
+                crds.VPC_PEERING.path(kcp.runtime_namespace),
+                body=peering(kcp, "peer-a", "vpc-1"),
+            )
 
             async def mirrored() -> bool:
                 try:
                     found = await kube.request(kcp.api, "GET", mirror_path)
                 except kube.NotFoundError:
                     return False
-                return found["spec"] == {"remoteVpc": "vpc-1"}
+                return bool(found["spec"] == {"remoteVpc": "vpc-1"})
 
             await eventually(mirrored, what="mirror in KCP")
             mirror_obj = await kube.request(kcp.api, "GET", mirror_path)
@@ -69,30 +99,46 @@ async def test_vpc_peering_is_mirrored_gets_status_and_is_cleaned_up(
             source = await kube.request(kcp.skrs["skr-1"], "GET", source_path)
             assert mirror.FINALIZER in source["metadata"]["finalizers"]
 
-            updated = await kube.request(kcp.skrs["skr-1"], "PATCH", source_path, body={"spec": {"remoteVpc": "vpc-2"}},
-                                         content_type="application/merge-patch+json")
+            updated = await kube.request(
+                kcp.skrs["skr-1"],
+                "PATCH",
+                source_path,
+                body={"spec": {"remoteVpc": "vpc-2"}},
+                content_type="application/merge-patch+json",
+            )
 
             async def mirror_has(remote: str) -> bool:
-                return (await kube.request(kcp.api, "GET", mirror_path))["spec"] == {"remoteVpc": remote}
+                return bool((await kube.request(kcp.api, "GET", mirror_path))["spec"] == {"remoteVpc": remote})
 
             await eventually(lambda: mirror_has("vpc-2"), what="spec change mirrored")
 
             # An old change arriving late, and the same one again: neither rolls the mirror back.
             stale = events.ChangeEvent.create(
-                runtime=ids.RuntimeId("skr-1"), module=ids.ModuleName("cloud-manager"),
-                target=events.WatchedObject(group="cloud-resources.kyma-project.io", version="v1beta1",
-                                            resource="vpcpeerings", kind="VpcPeering",
-                                            namespace=kcp.runtime_namespace, name="peer-a", uid=updated["metadata"]["uid"]),
-                resource_version="1", change_type=events.ChangeType.MODIFIED,
+                runtime=ids.RuntimeId("skr-1"),
+                module=ids.ModuleName("cloud-manager"),
+                target=events.WatchedObject(
+                    group="cloud-resources.kyma-project.io",
+                    version="v1beta1",
+                    resource="vpcpeerings",
+                    kind="VpcPeering",
+                    namespace=kcp.runtime_namespace,
+                    name="peer-a",
+                    uid=updated["metadata"]["uid"],
+                ),
+                resource_version="1",
+                change_type=events.ChangeType.MODIFIED,
                 body={**updated, "spec": {"remoteVpc": "vpc-1"}},
             )
             reconciles = reconcilers.shared.registry.get_sample_value
-            before = reconciles("kyma_reconciler_mirror_reconciles_total", {"outcome": "ok"}) or 0
+            before = reconciles("kyma_reconciler_reconciles_total", {"controller": "mirror", "outcome": "ok"}) or 0
             js = nats_client.jetstream()
             for _ in range(2):
                 await js.publish(stale.subject, events.encode(stale), headers={"Nats-Msg-Id": stale.id})
             await eventually(
-                lambda: _greater(reconciles("kyma_reconciler_mirror_reconciles_total", {"outcome": "ok"}) or 0, before),
+                lambda: _greater(
+                    reconciles("kyma_reconciler_reconciles_total", {"controller": "mirror", "outcome": "ok"}) or 0,
+                    before,
+                ),
                 what="stale event processed",
             )
             assert await mirror_has("vpc-2")

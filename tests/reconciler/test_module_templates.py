@@ -1,6 +1,5 @@
 """ModuleTemplates copied write-only from KCP into every runtime."""
 
-import asyncio
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -10,7 +9,8 @@ import pytest
 from clients import kube
 from reconciler import crds
 
-from .conftest import Kcp, eventually
+from ..waiting import eventually
+from .conftest import Kcp
 
 pytestmark = pytest.mark.integration
 
@@ -26,9 +26,17 @@ async def template_in(kcp: Kcp, runtime: str, name: str) -> dict[str, Any] | Non
 
 
 async def create_template(kcp: Kcp, name: str, version: str) -> None:
-    await kube.request(kcp.api, "POST", KCP_PATH, body={
-        "apiVersion": "operator.kyma-project.io/v1beta2", "kind": "ModuleTemplate",
-        "metadata": {"name": name, "namespace": "kcp-system"}, "spec": {"moduleName": "keda", "version": version}})
+    await kube.request(
+        kcp.api,
+        "POST",
+        KCP_PATH,
+        body={
+            "apiVersion": "operator.kyma-project.io/v1beta2",
+            "kind": "ModuleTemplate",
+            "metadata": {"name": name, "namespace": "kcp-system"},
+            "spec": {"moduleName": "keda", "version": version},
+        },
+    )
 
 
 async def test_templates_reach_every_runtime_edits_revert_deletions_follow(
@@ -44,11 +52,21 @@ async def test_templates_reach_every_runtime_edits_revert_deletions_follow(
             return all(c is not None and c["spec"]["version"] == version for c in copies)
 
         await eventually(lambda: everywhere("1.0.0"), what="copied to both runtimes")
-        await kube.request(kcp.skrs["skr-1"], "PATCH", f"{RUNTIME_PATH}/{name}", body={"spec": {"version": "hacked"}},
-                           content_type="application/merge-patch+json")
+        await kube.request(
+            kcp.skrs["skr-1"],
+            "PATCH",
+            f"{RUNTIME_PATH}/{name}",
+            body={"spec": {"version": "hacked"}},
+            content_type="application/merge-patch+json",
+        )
         await eventually(lambda: everywhere("1.0.0"), what="edit reverted")
-        await kube.request(kcp.api, "PATCH", f"{KCP_PATH}/{name}", body={"spec": {"version": "1.1.0"}},
-                           content_type="application/merge-patch+json")
+        await kube.request(
+            kcp.api,
+            "PATCH",
+            f"{KCP_PATH}/{name}",
+            body={"spec": {"version": "1.1.0"}},
+            content_type="application/merge-patch+json",
+        )
         await eventually(lambda: everywhere("1.1.0"), what="update fanned out")
         await kube.request(kcp.api, "DELETE", f"{KCP_PATH}/{name}")
 
@@ -56,15 +74,16 @@ async def test_templates_reach_every_runtime_edits_revert_deletions_follow(
             return all([await template_in(kcp, r, name) is None for r in ("skr-1", "skr-2")])
 
         await eventually(nowhere, what="deleted from every runtime")
-        controller = next(c for c in running._controllers if c.__class__.__name__ == "ModuleTemplateController")
-    assert controller.max_in_flight == 1  # type: ignore[attr-defined]
+        controller = next(c for c in running.controllers if c.name == "module_templates")
+    assert controller.queue.peak_running == 1
 
 
 async def test_disabled_flag_copies_nothing(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
-    """With module_templates disabled no template reaches a runtime."""
+    """With module_templates disabled no such controller runs, and no template reaches a runtime."""
     name = f"off-{uuid.uuid4().hex[:6]}"
-    async with run_controller(module_templates={"enabled": False}):
+    async with run_controller(module_templates={"enabled": False}) as running:
         await create_template(kcp, name, "1.0.0")
-        await asyncio.sleep(2)
+        await eventually(lambda: running.readiness() is None, what="ready")
+        assert "module_templates" not in {c.name for c in running.controllers}
         assert await template_in(kcp, "skr-1", name) is None
     await kube.request(kcp.api, "DELETE", f"{KCP_PATH}/{name}")

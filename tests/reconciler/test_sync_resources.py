@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import Callable
@@ -9,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from certs import kubeconfigs, pki
 from clients import kube
 from devenv import net
+from pki import kubeconfigs, pki
 from reconciler import crds
 
-from .conftest import Kcp, eventually, label_kyma, register_runtime
+from ..waiting import eventually, more_reconciles
+from .conftest import Kcp, label_kyma, register_runtime
 
 pytestmark = pytest.mark.integration
 
@@ -27,8 +29,14 @@ async def test_create_and_sync_creates_and_resets_drift_and_deletion(
         await kcp.create("sync", {"kyma": "skr-1", "items": [kcp.configmap("cm-sync", {"k": "desired"})]})
         await eventually(lambda: _has(kcp, "skr-1", "cm-sync", {"k": "desired"}), what="created")
         await eventually(lambda: _state_is(kcp, "sync", "Ready"), what="Ready")
-        await kube.request(kcp.skrs["skr-1"], "PATCH", _cm_path(kcp, "cm-sync"), body={"data": {"k": "edited"}},
-                           query=[("fieldManager", "kubectl")], content_type="application/merge-patch+json")
+        await kube.request(
+            kcp.skrs["skr-1"],
+            "PATCH",
+            _cm_path(kcp, "cm-sync"),
+            body={"data": {"k": "edited"}},
+            query=[("fieldManager", "kubectl")],
+            content_type="application/merge-patch+json",
+        )
         await eventually(lambda: _has(kcp, "skr-1", "cm-sync", {"k": "desired"}), what="drift reset")
         await kube.request(kcp.skrs["skr-1"], "DELETE", _cm_path(kcp, "cm-sync"))
         await eventually(lambda: _has(kcp, "skr-1", "cm-sync", {"k": "desired"}), what="recreated")
@@ -41,8 +49,14 @@ async def test_a_new_generation_shows_processing_then_ready(kcp: Kcp, run_contro
 
     async def record() -> None:
         listing = await kube.request(kcp.api, "GET", kcp.path())
-        async for _, obj in kube.watch_objects(kcp.api, crds.SYNC_RESOURCE, namespace=kcp.namespace, label_selector=None,
-                                               resource_version=listing["metadata"]["resourceVersion"], timeout_seconds=30):
+        async for _, obj in kube.watch_objects(
+            kcp.api,
+            crds.SYNC_RESOURCE,
+            namespace=kcp.namespace,
+            label_selector=None,
+            resource_version=listing["metadata"]["resourceVersion"],
+            timeout_seconds=30,
+        ):
             state = (obj.get("status") or {}).get("state")
             if state and (not states or states[-1] != state):
                 states.append(state)
@@ -52,7 +66,7 @@ async def test_a_new_generation_shows_processing_then_ready(kcp: Kcp, run_contro
         async with run_controller():
             await kcp.create("phases", {"kyma": "skr-1", "items": [kcp.configmap("cm-phases", {"k": "v"})]})
             await eventually(lambda: _state_is(kcp, "phases", "Ready"), what="Ready")
-            await asyncio.sleep(0.3)
+            await eventually(lambda: bool(states) and states[-1] == "Ready", what="the watch to see Ready")
     finally:
         watching.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -64,36 +78,80 @@ async def test_a_new_generation_shows_processing_then_ready(kcp: Kcp, run_contro
 
 async def test_create_and_ignore_keeps_user_edits_but_recreates(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
     """CreateAndIgnore: an edit survives resyncs; a deletion is undone."""
-    async with run_controller(resync_seconds=0.5):
-        await kcp.create("ignore", {"kyma": "skr-1", "items": [kcp.configmap("cm-ignore", {"k": "initial"}, "CreateAndIgnore")]})
+    async with run_controller(resync_seconds=0.5) as running:
+        await kcp.create(
+            "ignore", {"kyma": "skr-1", "items": [kcp.configmap("cm-ignore", {"k": "initial"}, "CreateAndIgnore")]}
+        )
         await eventually(lambda: _has(kcp, "skr-1", "cm-ignore", {"k": "initial"}), what="created")
-        await kube.request(kcp.skrs["skr-1"], "PATCH", _cm_path(kcp, "cm-ignore"), body={"data": {"k": "mine"}},
-                           content_type="application/merge-patch+json")
-        await asyncio.sleep(2)
+        await kube.request(
+            kcp.skrs["skr-1"],
+            "PATCH",
+            _cm_path(kcp, "cm-ignore"),
+            body={"data": {"k": "mine"}},
+            content_type="application/merge-patch+json",
+        )
+        await more_reconciles(running.shared.registry, "sync_resources", 3)  # resyncs leave the edit alone
         assert await _has(kcp, "skr-1", "cm-ignore", {"k": "mine"})
         await kube.request(kcp.skrs["skr-1"], "DELETE", _cm_path(kcp, "cm-ignore"))
         await eventually(lambda: _has(kcp, "skr-1", "cm-ignore", {"k": "initial"}), what="recreated")
 
 
 async def test_delete_strategy_removes_and_not_found_is_success(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
-    """Delete: an existing object goes; one that never existed is Ready too."""
-    await kube.request(kcp.skrs["skr-1"], "POST", f"/api/v1/namespaces/{kcp.runtime_namespace}/configmaps",
-                       body={"metadata": {"name": "doomed"}, "data": {"a": "b"}})
+    """Delete: an unmanaged object goes only with adoption IfUnmanaged; one that never existed is Ready too."""
+    for name in ("doomed", "spared"):
+        await kube.request(
+            kcp.skrs["skr-1"],
+            "POST",
+            f"/api/v1/namespaces/{kcp.runtime_namespace}/configmaps",
+            body={"metadata": {"name": name}, "data": {"a": "b"}},
+        )
+    doomed = {**kcp.configmap("doomed", {}, "Delete"), "adoption": "IfUnmanaged"}
     async with run_controller():
-        await kcp.create("delete", {"kyma": "skr-1", "items": [
-            kcp.configmap("doomed", {}, "Delete"), kcp.configmap("never-existed", {}, "Delete")]})
-        await eventually(lambda: _state_is(kcp, "delete", "Ready"), what="Ready")
+        await kcp.create(
+            "delete",
+            {
+                "kyma": "skr-1",
+                "items": [doomed, kcp.configmap("spared", {}, "Delete"), kcp.configmap("never-existed", {}, "Delete")],
+            },
+        )
+        await eventually(lambda: _state_is(kcp, "delete", "Warning"), what="Warning")
     assert await kcp.configmap_in("skr-1", "doomed") is None
+    assert await kcp.configmap_in("skr-1", "spared") is not None
     status = (await kcp.get("delete") or {})["status"]
-    assert {i["name"]: i["state"] for i in status["items"]} == {"doomed": "Ready", "never-existed": "Ready"}
+    assert {i["name"]: i["state"] for i in status["items"]} == {
+        "doomed": "Ready",
+        "spared": "Warning",
+        "never-existed": "Ready",
+    }
     assert status["applied"] == []
 
 
-async def test_renamed_and_removed_items_are_deleted_from_the_runtime(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+async def test_changing_an_item_to_delete_removes_what_it_created(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """CreateAndSync, then the same item as Delete: our object goes without any adoption policy."""
+    async with run_controller():
+        await kcp.create("switch", {"kyma": "skr-1", "items": [kcp.configmap("cm-switch", {"k": "v"})]})
+        await eventually(lambda: _has(kcp, "skr-1", "cm-switch", {"k": "v"}), what="created")
+        await kcp.patch_spec("switch", {"items": [kcp.configmap("cm-switch", {}, "Delete")]})
+        await eventually(lambda: _absent(kcp, "skr-1", "cm-switch"), what="deleted")
+        await eventually(lambda: _state_is(kcp, "switch", "Ready"), what="Ready")
+    assert (await kcp.get("switch") or {})["status"]["applied"] == []
+
+
+async def test_renamed_and_removed_items_are_deleted_from_the_runtime(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
     """A rename deletes the old object; removing an item deletes its object."""
     async with run_controller():
-        await kcp.create("rename", {"kyma": "skr-1", "items": [kcp.configmap("old-name", {"k": "v"}, item="a"),
-                                                              kcp.configmap("stays", {"k": "v"}, item="b")]})
+        await kcp.create(
+            "rename",
+            {
+                "kyma": "skr-1",
+                "items": [
+                    kcp.configmap("old-name", {"k": "v"}, item="a"),
+                    kcp.configmap("stays", {"k": "v"}, item="b"),
+                ],
+            },
+        )
         await eventually(lambda: _has(kcp, "skr-1", "old-name", {"k": "v"}), what="created")
         await kcp.patch_spec("rename", {"items": [kcp.configmap("new-name", {"k": "v"}, item="a")]})
         await eventually(lambda: _has(kcp, "skr-1", "new-name", {"k": "v"}), what="renamed")
@@ -108,7 +166,7 @@ async def test_deleting_the_sync_resource_removes_what_it_created(kcp: Kcp, run_
     async with run_controller():
         await kcp.create("gone", {"target": {"selector": {}}, "items": [kcp.configmap("cm-gone", {"k": "v"})]})
         for runtime in ("skr-1", "skr-2"):
-            await eventually(lambda r=runtime: _has(kcp, r, "cm-gone", {"k": "v"}), what=f"created in {runtime}")
+            await eventually(functools.partial(_has, kcp, runtime, "cm-gone", {"k": "v"}), what=f"created in {runtime}")
         await kube.request(kcp.api, "DELETE", kcp.path("gone"))
         await eventually(lambda: _gone(kcp, "gone"), what="SyncResource deleted")
     for runtime in ("skr-1", "skr-2"):
@@ -120,8 +178,13 @@ async def test_group_targeting_follows_kyma_labels(kcp: Kcp, run_controller: Cal
     label = f"test-{uuid.uuid4().hex[:6]}"
     async with run_controller():
         await label_kyma(kcp.api, "skr-1", {label: "beta"})
-        await kcp.create("group", {"target": {"selector": {"matchLabels": {label: "beta"}}},
-                                   "items": [kcp.configmap("cm-group", {"k": "v"})]})
+        await kcp.create(
+            "group",
+            {
+                "target": {"selector": {"matchLabels": {label: "beta"}}},
+                "items": [kcp.configmap("cm-group", {"k": "v"})],
+            },
+        )
         await eventually(lambda: _has(kcp, "skr-1", "cm-group", {"k": "v"}), what="in skr-1")
         assert await kcp.configmap_in("skr-2", "cm-group") is None
         await label_kyma(kcp.api, "skr-2", {label: "beta"})
@@ -133,9 +196,16 @@ async def test_group_targeting_follows_kyma_labels(kcp: Kcp, run_controller: Cal
 
 async def test_restricted_kind_is_a_warning_and_not_applied(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
     """A Secret item is never synced: Warning with a message, nothing created."""
-    secret = {"name": "secret", "strategy": "CreateAndSync", "resource": {
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "leak", "namespace": kcp.runtime_namespace},
-        "stringData": {"password": "x"}}}
+    secret = {
+        "name": "secret",
+        "strategy": "CreateAndSync",
+        "resource": {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "leak", "namespace": kcp.runtime_namespace},
+            "stringData": {"password": "x"},
+        },
+    }
     async with run_controller():
         await kcp.create("restricted", {"kyma": "skr-1", "items": [secret, kcp.configmap("fine", {"k": "v"})]})
         await eventually(lambda: _state_is(kcp, "restricted", "Warning"), what="Warning")
@@ -151,14 +221,20 @@ async def test_unreachable_runtime_is_error_for_itself_only(kcp: Kcp, run_contro
     """A runtime whose apiserver does not answer shows Error; the reachable one is synced."""
     label = f"test-{uuid.uuid4().hex[:6]}"
     ca = pki.create_ca("nowhere")
-    dead = kubeconfigs.build(cluster="skr-down", server=f"https://127.0.0.1:{net.free_port()}",
-                             ca_pem=ca.cert_pem, user="x", token="x")
+    dead = kubeconfigs.build(
+        cluster="skr-down", server=f"https://127.0.0.1:{net.free_port()}", ca_pem=ca.cert_pem, user="x", token="x"
+    )
     await register_runtime(kcp.api, "skr-down", dead, {label: "yes"})
     await label_kyma(kcp.api, "skr-1", {label: "yes"})
     try:
         async with run_controller():
-            await kcp.create("partial", {"target": {"selector": {"matchLabels": {label: "yes"}}},
-                                         "items": [kcp.configmap("cm-partial", {"k": "v"})]})
+            await kcp.create(
+                "partial",
+                {
+                    "target": {"selector": {"matchLabels": {label: "yes"}}},
+                    "items": [kcp.configmap("cm-partial", {"k": "v"})],
+                },
+            )
             await eventually(lambda: _has(kcp, "skr-1", "cm-partial", {"k": "v"}), what="synced to skr-1")
             await eventually(lambda: _state_is(kcp, "partial", "Error"), what="Error")
         status = (await kcp.get("partial") or {})["status"]
@@ -179,8 +255,12 @@ async def test_five_hundred_items_converge(kcp: Kcp, run_controller: Callable[..
         await eventually(lambda: _state_is(kcp, "bulk", "Ready"), timeout=180, what="500 items Ready")
     print(f"500 items x 2 runtimes converged in {time.perf_counter() - started:.1f}s")
     for runtime in ("skr-1", "skr-2"):
-        listed = await kube.request(kcp.skrs[runtime], "GET", f"/api/v1/namespaces/{kcp.runtime_namespace}/configmaps",
-                                    query=[("labelSelector", "kyma-project.io/synced-by=kyma-sync")])
+        listed = await kube.request(
+            kcp.skrs[runtime],
+            "GET",
+            f"/api/v1/namespaces/{kcp.runtime_namespace}/configmaps",
+            query=[("labelSelector", "kyma-project.io/synced-by=kyma-sync")],
+        )
         assert len(listed["items"]) == 500
 
 
@@ -203,4 +283,3 @@ async def _state_is(kcp: Kcp, name: str, state: str) -> bool:
 
 async def _gone(kcp: Kcp, name: str) -> bool:
     return await kcp.get(name) is None
-

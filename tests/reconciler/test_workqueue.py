@@ -1,16 +1,23 @@
-"""The keyed work queue: collapsing, one run per key at a time, waiters always answered."""
+"""The keyed work queue: collapsing, one run per key at a time, waiters always answered, bounded stop."""
 
 import asyncio
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from reconciler import workqueue
 
+pytestmark = pytest.mark.looptime
 
-def make_queue(reconcile: workqueue.Reconcile, workers: int = 2) -> workqueue.WorkQueue:
+
+def make_queue(reconcile: "workqueue.Reconcile[str]", workers: int = 2) -> "workqueue.WorkQueue[str]":
     return workqueue.WorkQueue(
-        reconcile=reconcile, workers=workers, metrics=workqueue.QueueMetrics(CollectorRegistry(), controller="t"),
-        backoff_initial=0.01, backoff_max=0.05,
+        name="t",
+        reconcile=reconcile,
+        workers=workers,
+        metrics=workqueue.QueueMetrics(CollectorRegistry()),
+        backoff_initial=0.01,
+        backoff_max=0.05,
     )
 
 
@@ -57,18 +64,20 @@ async def test_a_key_changed_while_running_runs_again_afterwards() -> None:
     await asyncio.gather(first, second)
     stop.set()
     await running
-    assert runs == 2 and overlaps == 1
+    assert runs == 2 and overlaps == 1 and queue.peak_running == 1
 
 
 async def test_failures_retry_with_backoff_and_crashes_are_contained() -> None:
     """A crashing reconcile is reported as an error result and retried until it succeeds."""
     attempts = 0
+    done = asyncio.Event()
 
     async def reconcile(key: str) -> workqueue.Result:
         nonlocal attempts
         attempts += 1
         if attempts < 3:
             raise RuntimeError("boom")
+        done.set()
         return workqueue.Result()
 
     queue = make_queue(reconcile)
@@ -76,15 +85,80 @@ async def test_failures_retry_with_backoff_and_crashes_are_contained() -> None:
     running = asyncio.create_task(queue.run(stop=stop))
     first = await queue.add("a")
     assert not first.ok and "boom" in (first.error or "")
-    while attempts < 3:
-        await asyncio.sleep(0.01)
+    await done.wait()
     stop.set()
     await running
     assert attempts == 3
 
 
-async def test_stopping_mid_reconcile_answers_its_waiters() -> None:
-    """A waiter of a run interrupted by stop is cancelled, never left hanging."""
+async def test_a_terminal_failure_waits_for_the_next_trigger() -> None:
+    """A refused key is not retried by the queue; adding it again runs it again."""
+    attempts = 0
+
+    async def reconcile(key: str) -> workqueue.Result:
+        nonlocal attempts
+        attempts += 1
+        return workqueue.Result.refused("invalid spec")
+
+    queue = make_queue(reconcile)
+    stop = asyncio.Event()
+    running = asyncio.create_task(queue.run(stop=stop))
+    assert (await queue.add("a")).terminal
+    await asyncio.sleep(0.2)  # many backoff periods: nothing may run meanwhile
+    assert attempts == 1
+    await queue.add("a")
+    stop.set()
+    await running
+    assert attempts == 2
+
+
+async def test_retry_delay_tells_when_the_queue_retries_a_failed_key() -> None:
+    """After a failure the key has a pending retry with a positive delay; a success clears it."""
+    outcomes = [workqueue.Result.failed("no"), workqueue.Result()]
+
+    async def reconcile(key: str) -> workqueue.Result:
+        return outcomes.pop(0)
+
+    queue = workqueue.WorkQueue(
+        name="t",
+        reconcile=reconcile,
+        workers=1,
+        metrics=workqueue.QueueMetrics(CollectorRegistry()),
+        backoff_initial=0.4,
+        backoff_max=0.4,
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(queue.run(stop=stop))
+    await queue.add("a")
+    assert 0.19 <= queue.retry_delay("a") <= 0.4
+    assert (await queue.add("a")).ok
+    assert queue.retry_delay("a") == 0.0
+    stop.set()
+    await running
+
+
+async def test_stop_lets_a_running_reconcile_finish_within_the_grace_period() -> None:
+    """A reconcile that needs less than the grace period completes and its waiter gets its real result."""
+    started, finished = asyncio.Event(), asyncio.Event()
+
+    async def reconcile(key: str) -> workqueue.Result:
+        started.set()
+        await asyncio.sleep(0.2)
+        finished.set()
+        return workqueue.Result()
+
+    queue = make_queue(reconcile)
+    stop = asyncio.Event()
+    running = asyncio.create_task(queue.run(stop=stop, grace=5))
+    waiter = queue.add("a")
+    await started.wait()
+    stop.set()
+    await running
+    assert finished.is_set() and waiter.result().ok
+
+
+async def test_stop_cancels_what_outlives_the_grace_period_and_answers_every_waiter() -> None:
+    """Past the grace period the reconcile is cancelled; its waiter and those of keys never run get a failure."""
     started = asyncio.Event()
 
     async def reconcile(key: str) -> workqueue.Result:
@@ -92,24 +166,12 @@ async def test_stopping_mid_reconcile_answers_its_waiters() -> None:
         await asyncio.sleep(3600)
         return workqueue.Result()
 
-    queue = make_queue(reconcile)
+    queue = make_queue(reconcile, workers=1)
     stop = asyncio.Event()
-    running = asyncio.create_task(queue.run(stop=stop))
-    waiter = queue.add("a")
+    running = asyncio.create_task(queue.run(stop=stop, grace=0.1))
+    stuck, queued = queue.add("a"), queue.add("b")
     await started.wait()
     stop.set()
-    await running
-    assert waiter.cancelled()
-
-
-async def test_adds_after_stop_are_cancelled_not_left_waiting() -> None:
-    """Once stopped, add() answers at once (cancelled): nobody waits for a worker that is gone."""
-
-    async def reconcile(key: str) -> workqueue.Result:
-        return workqueue.Result()
-
-    queue = make_queue(reconcile)
-    stop = asyncio.Event()
-    stop.set()
-    await queue.run(stop=stop)
-    assert queue.add("late").cancelled()
+    await asyncio.wait_for(running, timeout=5)
+    assert not stuck.result().ok and not queued.result().ok
+    assert not queue.add("late").result().ok

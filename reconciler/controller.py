@@ -1,0 +1,114 @@
+"""The one shape of every reconciler (controller-runtime's controller, in asyncio).
+
+    triggers ──► WorkQueue[K] ──► reconcile(key) ──► Result (ok / error: retry with backoff /
+      │                                                       terminal: wait for a new trigger)
+      ├─ changes in the informers it reads (subscribed when the controller is built)
+      ├─ a runtime changed — its Kyma CR or its kubeconfig: ``keys_for_runtime``
+      ├─ a watcher event from NATS: ``keys_for_event``; the message waits for the outcome
+      └─ a periodic resync of ``all_keys``, spread with jitter (the safety net)
+
+A key is a small frozen value of the controller's own type, never a string to split. Nothing
+is reconciled before every informer the controller reads has listed once (a cache that has not
+listed cannot tell "absent" from "not seen yet"); until then triggers only queue keys.
+"""
+
+import abc
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Hashable, Iterable
+from typing import Generic, TypeVar
+
+from clients import informer
+from contract import events
+from kit import aio
+from reconciler import settings, workqueue
+from reconciler.shared import Shared
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Controller(abc.ABC, Generic[K]):
+    modules: frozenset[str] = frozenset()
+    """Event modules whose events this controller wants."""
+
+    def __init__(self, shared: Shared, config: settings.ControllerSettings, *, name: str) -> None:
+        self.shared = shared
+        self.name = name
+        self._resync_seconds = config.resync_seconds
+        self._informers: list[informer.Informer] = []
+        self.queue: workqueue.WorkQueue[K] = workqueue.WorkQueue(
+            name=name,
+            reconcile=self.reconcile,
+            workers=config.workers,
+            metrics=shared.queue_metrics,
+            timeout=config.reconcile_timeout_seconds,
+        )
+
+    def own(self, source: informer.Informer) -> informer.Informer:
+        """Run ``source`` with this controller and wait for it before reconciling."""
+        self._informers.append(source)
+        return source
+
+    @abc.abstractmethod
+    async def reconcile(self, key: K) -> workqueue.Result: ...
+
+    @abc.abstractmethod
+    def all_keys(self) -> Iterable[K]:
+        """Every key, for the start and the periodic resync."""
+
+    def keys_for_runtime(self, runtime: str) -> Iterable[K]:
+        """Keys to reconcile when a runtime's Kyma CR or kubeconfig changed."""
+        return ()
+
+    def keys_for_event(self, event: events.ChangeEvent) -> Iterable[K]:
+        """Keys a watcher event is about (decided from KCP's own records, never from the event body's claims)."""
+        return ()
+
+    def unsynced(self) -> list[str]:
+        return [i.describe() for i in (*self.shared.informers(), *self._informers) if not i.synced.is_set()]
+
+    async def run(self, *, stop: asyncio.Event, grace: float) -> None:
+        async with asyncio.TaskGroup() as group:
+            for source in self._informers:
+                group.create_task(source.run(stop=stop))
+            if not await self._synced(stop):
+                await self.queue.run(stop=stop, grace=0)  # stopped before starting: answer whoever waits
+                return
+            log.info("caches synced, reconciling", extra={"controller": self.name})
+            self.queue.add_all(self.all_keys())
+            group.create_task(self.queue.run(stop=stop, grace=grace))
+            group.create_task(self._resync(stop=stop))
+
+    async def _synced(self, stop: asyncio.Event) -> bool:
+        for source in (*self.shared.informers(), *self._informers):
+            await aio.wait_any(source.synced, stop)
+            if stop.is_set():
+                return False
+        return True
+
+    async def _resync(self, *, stop: asyncio.Event) -> None:
+        while not await aio.sleep_unless(stop, self._resync_seconds):
+            self.queue.add_all(self.all_keys(), spread=self._resync_seconds / 10)
+
+    def runtime_changed(self, runtime: str) -> None:
+        self.queue.add_all(self.keys_for_runtime(runtime))
+
+    async def on_event(self, event: events.ChangeEvent) -> workqueue.Result | None:
+        """Reconcile the keys an event is about; None when it is about nothing of ours.
+
+        A failure carries, as ``requeue_after``, when the queue retries the key: the message is
+        redelivered then, so queue and bus retry on one schedule.
+        """
+        keys = list(dict.fromkeys(self.keys_for_event(event)))
+        if not keys:
+            return None
+        results = await asyncio.gather(*(self.queue.add(key) for key in keys))
+        failed = [(key, r) for key, r in zip(keys, results, strict=True) if not r.ok and not r.terminal]
+        if failed:
+            _, result = failed[0]
+            delay = max(self.queue.retry_delay(k) for k, _ in failed)
+            return dataclasses.replace(result, requeue_after=delay)
+        return next((r for r in results if r.terminal), workqueue.Result())

@@ -1,0 +1,58 @@
+"""What every controller reads: KCP, the runtimes KCP knows (Kyma CRs), and clients to reach them."""
+
+import dataclasses
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from clients import informer, kube
+from contract import wire
+from reconciler import crds, runtime_clients, settings, workqueue
+
+
+@dataclasses.dataclass
+class Shared:
+    kcp: kube.ApiClient
+    config: settings.ReconcilerSettings
+    registry: CollectorRegistry
+    kymas: informer.Informer
+    """The Kyma CRs: the runtimes KCP knows, by name."""
+    kubeconfigs: informer.Informer
+    """The reconcilers' kubeconfig Secrets, one per runtime."""
+    clients: runtime_clients.RuntimeClients
+    queue_metrics: workqueue.QueueMetrics
+
+    @classmethod
+    def build(cls, kcp: kube.ApiClient, config: settings.ReconcilerSettings, registry: CollectorRegistry) -> "Shared":
+        kubeconfigs = informer.Informer(
+            kcp,
+            kube.SECRETS,
+            namespace=config.kubeconfig_namespace,
+            label_selector=f"{wire.MODULE_LABEL}={config.kubeconfig_module}",
+        )
+        return cls(
+            kcp=kcp,
+            config=config,
+            registry=registry,
+            kymas=informer.Informer(kcp, crds.KYMA, namespace=config.kyma_namespace),
+            kubeconfigs=kubeconfigs,
+            clients=runtime_clients.RuntimeClients(
+                kubeconfigs,
+                module=config.kubeconfig_module,
+                namespace=config.kubeconfig_namespace,
+                per_runtime=config.sync_resources.per_runtime_concurrency,
+            ),
+            queue_metrics=workqueue.QueueMetrics(registry),
+        )
+
+    def informers(self) -> tuple[informer.Informer, ...]:
+        return self.kymas, self.kubeconfigs
+
+    def kyma(self, runtime: str) -> dict[str, Any] | None:
+        return self.kymas.get(runtime, self.config.kyma_namespace)
+
+    def runtimes(self) -> list[str]:
+        return [kyma["metadata"]["name"] for kyma in self.kymas]
+
+    def labels_of(self, runtime: str) -> dict[str, str]:
+        return dict(((self.kyma(runtime) or {}).get("metadata") or {}).get("labels") or {})

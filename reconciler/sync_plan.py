@@ -1,0 +1,87 @@
+"""What a SyncResource reconcile will do, decided without I/O from what KCP says.
+
+Per runtime one of:
+- SYNC: selected by the spec and admitted by a SyncBinding: apply the items there;
+- FORBIDDEN: selected but no binding admits it: nothing is applied, nothing deleted;
+- DEPART: recorded, its Kyma exists and the spec no longer selects it: delete what we own there
+  (after the Kyma is read once more from KCP: positive evidence, not a cache's word);
+- GONE: recorded, and its Kyma is not in KCP: the runtime was deprovisioned; after KCP confirms
+  the Kyma is gone, its records are dropped and nothing is sent there.
+Only confirmed facts lead to deletions: an item whose object cannot be resolved keeps every
+record of that item; a failed apply keeps its record and its live object.
+"""
+
+import enum
+from collections.abc import Iterable, Mapping
+
+from reconciler import model, tenancy
+
+
+class Placement(enum.StrEnum):
+    SYNC = "sync"
+    FORBIDDEN = "forbidden"
+    DEPART = "depart"
+    GONE = "gone"
+
+
+def selects(spec: model.Spec, runtime: str, labels: Mapping[str, str]) -> bool:
+    if spec.kyma is not None:
+        return runtime == spec.kyma
+    assert spec.target is not None
+    return spec.target.selector.matches(dict(labels))
+
+
+def place(
+    spec: model.Spec,
+    *,
+    kymas: Mapping[str, Mapping[str, str]],
+    recorded: Iterable[str],
+    policy: tenancy.Policy,
+) -> dict[str, Placement]:
+    """Where each runtime stands; ``kymas`` maps every runtime KCP knows to its labels (a synced cache)."""
+    placements: dict[str, Placement] = {}
+    for runtime, labels in kymas.items():
+        if selects(spec, runtime, labels):
+            placements[runtime] = Placement.SYNC if policy.admits_runtime(dict(labels)) else Placement.FORBIDDEN
+    for runtime in recorded:
+        if runtime not in placements:
+            placements[runtime] = Placement.DEPART if runtime in kymas else Placement.GONE
+    return dict(sorted(placements.items()))
+
+
+_SEVERITY = (
+    model.State.ERROR,
+    model.State.CONFLICT,
+    model.State.FORBIDDEN,
+    model.State.WARNING,
+    model.State.DELETING,
+    model.State.PROCESSING,
+    model.State.READY,
+)
+
+
+def overall(states: Iterable[model.State]) -> model.State:
+    """The SyncResource's state: its worst item's (Ready when it has none)."""
+    present = set(states)
+    return next((s for s in _SEVERITY if s in present), model.State.READY)
+
+
+ObjectIdentity = tuple[str, str, str | None, str]
+"""(group, kind, namespace, name): an object whatever API version it is read through."""
+
+
+def identity(api_version: str, kind: str, namespace: str | None, name: str) -> ObjectIdentity:
+    group, _, _ = api_version.rpartition("/")
+    return group, kind, namespace, name
+
+
+def stale(
+    recorded: Iterable[model.AppliedRef], *, wanted: set[ObjectIdentity], unresolved_items: set[str]
+) -> list[model.AppliedRef]:
+    """Records no item wants any more: neither an item that still names that object, nor one we could not resolve."""
+    return [
+        record
+        for record in recorded
+        if record.item not in unresolved_items
+        and identity(record.api_version, record.kind, record.namespace, record.name) not in wanted
+    ]

@@ -1,0 +1,198 @@
+"""The event path against a real JetStream: settle by outcome, keep long work alive, dead-letter what never succeeds."""
+
+import asyncio
+import uuid
+
+import pytest
+from nats.aio.client import Client as Nats
+from prometheus_client import CollectorRegistry
+
+from clients import bus
+from contract import events, ids, subjects
+from devenv import landscape as landscape_mod
+from reconciler import consumer, workqueue
+
+from ..waiting import eventually
+
+SETTINGS = consumer.ConsumerSettings(servers=(), subject="", durable="", stream="", max_deliveries=3)
+
+
+@pytest.mark.parametrize(
+    ("result", "deliveries", "action"),
+    [
+        pytest.param(None, 1, consumer.Action.ACK, id="not-ours"),
+        pytest.param(workqueue.Result(), 1, consumer.Action.ACK, id="ok"),
+        pytest.param(workqueue.Result.refused("invalid"), 1, consumer.Action.TERM, id="terminal"),
+        pytest.param(workqueue.Result(error="x", requeue_after=7.0), 1, consumer.Action.NAK, id="failed"),
+        pytest.param(workqueue.Result(error="x"), 3, consumer.Action.DEAD_LETTER, id="failed-too-often"),
+    ],
+)
+def test_settlement(result: workqueue.Result | None, deliveries: int, action: consumer.Action) -> None:
+    """One mapping decides; a nak waits as long as the queue's own retry."""
+    decided = consumer.settlement(result, deliveries=deliveries, settings=SETTINGS)
+    assert decided.action == action
+    if action == consumer.Action.NAK:
+        assert decided.delay == 7.0
+
+
+def event_for(module: str, runtime: str, name: str) -> events.ChangeEvent:
+    return events.ChangeEvent.create(
+        runtime=ids.RuntimeId(runtime),
+        module=ids.ModuleName(module),
+        target=events.WatchedObject(
+            group="",
+            version="v1",
+            resource="configmaps",
+            kind="ConfigMap",
+            namespace="default",
+            name=name,
+            uid=f"uid-{name}",
+        ),
+        resource_version="1",
+        change_type=events.ChangeType.MODIFIED,
+        body={"data": {}},
+    )
+
+
+async def publish(connection: bus.Bus, event: events.ChangeEvent, *, subject: str | None = None) -> None:
+    await connection.publish(
+        subject=subject or event.subject, payload=events.encode(event), msg_id=event.id, headers={}, timeout=5
+    )
+
+
+@pytest.mark.integration
+async def test_a_failing_event_is_dead_lettered_while_others_flow(
+    landscape: landscape_mod.Landscape, event_bus: bus.Bus
+) -> None:
+    """An event that never succeeds is tried max_deliveries times, then dead-lettered; a healthy one is not held up."""
+    module = f"dl-{uuid.uuid4().hex[:6]}"
+    poison, healthy = event_for(module, "skr-a", "poison"), event_for(module, "skr-b", "fine")
+    calls: dict[str, int] = {"poison": 0, "fine": 0}
+    order: list[str] = []
+
+    async def handler(event: events.ChangeEvent) -> workqueue.Result | None:
+        calls[event.target.name] += 1
+        if event.target.name == "poison":
+            await asyncio.sleep(0.3)
+            order.append("poison")
+            return workqueue.Result(error="always fails", requeue_after=0.05)
+        order.append("fine")
+        return workqueue.Result()
+
+    registry = CollectorRegistry()
+    metrics = consumer.ConsumerMetrics(registry)
+    settings = consumer.ConsumerSettings(
+        servers=(landscape.nats.url,),
+        subject=f"kyma.events.{module}.*",
+        durable=f"d-{module}",
+        stream=bus.StreamSettings().name,
+        max_deliveries=3,
+    )
+    dead = await event_bus.pull_consumer(
+        bus.ConsumerSettings(
+            stream=bus.DEAD_LETTERS.name,
+            durable=f"dead-{module}",
+            filter_subject=f"{subjects.DEAD_LETTER_PREFIX}.{module}.*",
+            ack_wait_seconds=30,
+            max_ack_pending=10,
+        )
+    )
+    await publish(event_bus, poison)
+    await publish(event_bus, healthy)
+    stop = asyncio.Event()
+    consuming = asyncio.create_task(consumer.consume(settings, handler, metrics=metrics, stop=stop))
+    try:
+        letters: list[bus.Delivery] = []
+        while not letters:
+            letters = await dead.fetch(1, timeout=1)
+    finally:
+        stop.set()
+        await consuming
+    assert letters[0].subject == f"{subjects.DEAD_LETTER_PREFIX}.{module}.skr-a"
+    assert "always fails" in letters[0].headers[consumer.DEAD_LETTER_REASON]
+    assert events.decode(letters[0].data).id == poison.id
+    assert calls == {"poison": 3, "fine": 1} and order[0] == "fine"
+    assert registry.get_sample_value("kyma_reconciler_dead_letters_total", {"module": module}) == 1
+
+
+@pytest.mark.integration
+async def test_an_event_on_another_runtimes_subject_is_refused(
+    landscape: landscape_mod.Landscape, event_bus: bus.Bus
+) -> None:
+    """A message whose subject does not match its event's runtime never reaches a handler."""
+    module = f"sp-{uuid.uuid4().hex[:6]}"
+    forged = event_for(module, "skr-a", "forged")
+    handled: list[str] = []
+
+    async def handler(event: events.ChangeEvent) -> workqueue.Result | None:
+        handled.append(event.id)
+        return workqueue.Result()
+
+    registry = CollectorRegistry()
+    metrics = consumer.ConsumerMetrics(registry)
+    await publish(event_bus, forged, subject=f"kyma.events.{module}.skr-b")
+    await publish(event_bus, event_for(module, "skr-b", "genuine"))
+    settings = consumer.ConsumerSettings(
+        servers=(landscape.nats.url,),
+        subject=f"kyma.events.{module}.*",
+        durable=f"d-{module}",
+        stream=bus.StreamSettings().name,
+    )
+    stop = asyncio.Event()
+    consuming = asyncio.create_task(consumer.consume(settings, handler, metrics=metrics, stop=stop))
+    try:
+        await eventually(
+            lambda: (
+                bool(
+                    registry.get_sample_value(
+                        "kyma_reconciler_events_total", {"module": module, "action": "dead_letter"}
+                    )
+                )
+                and bool(handled)
+            ),
+            what="settled",
+        )
+    finally:
+        stop.set()
+        await consuming
+    assert handled == [event_for(module, "skr-b", "genuine").id]
+
+
+@pytest.mark.integration
+async def test_a_reconcile_longer_than_ack_wait_is_not_redelivered(
+    landscape: landscape_mod.Landscape, event_bus: bus.Bus, nats_client: Nats
+) -> None:
+    """While the handler works, the ack timer is kept alive: one delivery, one call, acked."""
+    module = f"hb-{uuid.uuid4().hex[:6]}"
+    calls = 0
+
+    async def handler(event: events.ChangeEvent) -> workqueue.Result | None:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(3)
+        return workqueue.Result()
+
+    registry = CollectorRegistry()
+    metrics = consumer.ConsumerMetrics(registry)
+    await publish(event_bus, event_for(module, "skr-a", "slow"))
+    settings = consumer.ConsumerSettings(
+        servers=(landscape.nats.url,),
+        subject=f"kyma.events.{module}.*",
+        durable=f"d-{module}",
+        stream=bus.StreamSettings().name,
+        ack_wait_seconds=1,
+    )
+    stop = asyncio.Event()
+    consuming = asyncio.create_task(consumer.consume(settings, handler, metrics=metrics, stop=stop))
+    try:
+        await eventually(
+            lambda: bool(
+                registry.get_sample_value("kyma_reconciler_events_total", {"module": module, "action": "ack"})
+            ),
+            what="acked",
+        )
+    finally:
+        stop.set()
+        await consuming
+    info = await nats_client.jetstream().consumer_info(bus.StreamSettings().name, f"d-{module}")
+    assert calls == 1 and info.num_redelivered == 0 and info.num_ack_pending == 0

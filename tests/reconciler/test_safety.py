@@ -1,0 +1,343 @@
+"""The SyncResource engine off the happy path: restarts, refused applies, foreign objects, hostile items."""
+
+import asyncio
+import contextlib
+import functools
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from clients import kube
+from contract import events, ids, wire
+from reconciler import cli, crds, settings
+
+from ..waiting import eventually, more_reconciles
+from .conftest import Kcp, register_runtime
+
+pytestmark = pytest.mark.integration
+
+MERGE = "application/merge-patch+json"
+
+
+@contextlib.asynccontextmanager
+async def watching_deletions(kcp: Kcp, runtime: str) -> AsyncIterator[list[str]]:
+    """Names of ConfigMaps deleted in the test's runtime namespace while the block runs."""
+    deleted: list[str] = []
+    seen: set[str] = set()
+    listing = await kube.request(kcp.skrs[runtime], "GET", kube.CONFIGMAPS.path(kcp.runtime_namespace))
+
+    async def watch() -> None:
+        resource_version = listing["metadata"]["resourceVersion"]
+        while True:
+            async for kind, obj in kube.watch_objects(
+                kcp.skrs[runtime],
+                kube.CONFIGMAPS,
+                namespace=kcp.runtime_namespace,
+                label_selector=None,
+                resource_version=resource_version,
+                timeout_seconds=60,
+            ):
+                resource_version = obj["metadata"]["resourceVersion"]
+                seen.add(obj["metadata"]["name"])
+                if kind == "DELETED":
+                    deleted.append(obj["metadata"]["name"])
+
+    task = asyncio.create_task(watch())
+    try:
+        yield deleted
+        # A watch delivers in order: once a marker written now arrives, everything before it has.
+        marker = f"marker-{uuid.uuid4().hex[:6]}"
+        await kube.request(
+            kcp.skrs[runtime], "POST", kube.CONFIGMAPS.path(kcp.runtime_namespace), body={"metadata": {"name": marker}}
+        )
+        await eventually(lambda: marker in seen, what="the watch to catch up")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def create_kymas(kcp: Kcp, namespace: str, count: int) -> None:
+    semaphore = asyncio.Semaphore(32)
+
+    async def one(n: int) -> None:
+        async with semaphore:
+            await kube.request(
+                kcp.api,
+                "POST",
+                crds.KYMA.path(namespace),
+                body={
+                    "apiVersion": crds.KYMA.api_version,
+                    "kind": "Kyma",
+                    "metadata": {"name": f"filler-{n}", "namespace": namespace},
+                    "spec": {"channel": "regular"},
+                },
+            )
+
+    await asyncio.gather(*(one(n) for n in range(count)))
+
+
+async def test_restart_with_thousands_of_kymas_deletes_nothing(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """A reconciler restarted while KCP holds 2,000 Kyma CRs must not delete (and recreate) what it synced."""
+    kymas = f"kymas-{uuid.uuid4().hex[:6]}"
+    await kube.ensure_namespace(kcp.api, kymas)
+    label = {"restart-test": kymas}
+    await register_runtime(kcp.api, "skr-1", {}, label, namespace=kymas, kubeconfig_secret=False)
+    await create_kymas(kcp, kymas, 2000)
+    items = [kcp.configmap(f"cm-restart-{n}", {"k": "v"}) for n in range(5)]
+    try:
+        async with run_controller(kyma_namespace=kymas):
+            await kcp.create("restart", {"target": {"selector": {"matchLabels": label}}, "items": items})
+            await eventually(lambda: _state_is(kcp, "restart", "Ready"), timeout=60, what="Ready")
+        async with watching_deletions(kcp, "skr-1") as deleted:
+            for _ in range(2):
+                async with run_controller(kyma_namespace=kymas, resync_seconds=1) as running:
+                    await more_reconciles(running.shared.registry, "sync_resources", 3)
+        assert deleted == []
+        for n in range(5):
+            assert await kcp.configmap_in("skr-1", f"cm-restart-{n}") is not None
+    finally:
+        await kube.request(kcp.api, "DELETE", crds.KYMA.path(kymas))
+
+
+async def test_a_refused_apply_keeps_the_live_object(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """An item changed to something the runtime's apiserver refuses leaves the object there, and says Error."""
+    async with run_controller() as running:
+        await kcp.create("refused", {"kyma": "skr-1", "items": [kcp.configmap("cm-refused", {"k": "good"})]})
+        await eventually(lambda: _has(kcp, "skr-1", "cm-refused"), what="created")
+        bad = kcp.configmap("cm-refused", {"k": "good"})
+        bad["resource"]["metadata"]["labels"] = {"not a valid label key!": "x"}
+        async with watching_deletions(kcp, "skr-1") as deleted:
+            await kcp.patch_spec("refused", {"items": [bad]})
+            await eventually(lambda: _state_is(kcp, "refused", "Error"), what="Error")
+            await more_reconciles(running.shared.registry, "sync_resources", 2)  # retries of the failure
+        assert deleted == []
+    live = await kcp.configmap_in("skr-1", "cm-refused")
+    assert live is not None and live["data"] == {"k": "good"}
+    status = (await kcp.get("refused") or {})["status"]
+    assert [a["name"] for a in status["applied"]] == ["cm-refused"]
+
+
+async def test_a_pre_existing_object_is_neither_adopted_nor_deleted(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A user's ConfigMap named by a CreateAndIgnore item: Warning 'exists, not managed', and it survives the SyncResource."""
+    await kube.request(
+        kcp.skrs["skr-1"],
+        "POST",
+        kube.CONFIGMAPS.path(kcp.runtime_namespace),
+        body={"metadata": {"name": "users-own"}, "data": {"mine": "yes"}},
+    )
+    async with run_controller():
+        await kcp.create(
+            "foreign",
+            {
+                "kyma": "skr-1",
+                "items": [
+                    kcp.configmap("users-own", {"k": "v"}, "CreateAndIgnore"),
+                    kcp.configmap("cm-ours", {"k": "v"}),
+                ],
+            },
+        )
+        await eventually(lambda: _state_is(kcp, "foreign", "Warning"), what="Warning")
+        status = (await kcp.get("foreign") or {})["status"]
+        item = next(i for i in status["items"] if i["name"] == "users-own")
+        assert item["state"] == "Warning" and "not managed" in item["message"]
+        await kube.request(kcp.api, "DELETE", kcp.path("foreign"))
+        await eventually(lambda: _gone(kcp, "foreign"), what="SyncResource deleted")
+    assert await kcp.configmap_in("skr-1", "cm-ours") is None
+    survivor = await kcp.configmap_in("skr-1", "users-own")
+    assert survivor is not None and survivor["data"] == {"mine": "yes"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("x/../../secrets/{secret}", id="dot-dot-segments"),
+        pytest.param("..%2F..%2Fsecrets%2F{secret}", id="encoded-slashes"),
+        pytest.param("{secret}?dryRun=All", id="query"),
+    ],
+)
+async def test_a_delete_item_cannot_reach_another_path(kcp: Kcp, run_controller: Callable[..., Any], name: str) -> None:
+    """A Delete item whose name carries path segments is refused; the Secret it aims at survives."""
+    secret = f"target-{uuid.uuid4().hex[:6]}"
+    await kube.request(
+        kcp.skrs["skr-1"],
+        "POST",
+        kube.SECRETS.path(kcp.runtime_namespace),
+        body={"metadata": {"name": secret}, "stringData": {"a": "b"}},
+    )
+    item = kcp.configmap(name.format(secret=secret), {}, "Delete", item="sneaky")
+    async with run_controller():
+        try:
+            await kcp.create("traversal", {"kyma": "skr-1", "items": [item]})
+        except kube.InvalidError:
+            pass  # refused by the CRD's validation: the reconciler never sees it
+        else:
+            await eventually(lambda: _state_is(kcp, "traversal", "Error"), what="Error")
+    assert (
+        await kube.get_or_none(kcp.skrs["skr-1"], kube.SECRETS.object_path(kcp.runtime_namespace, secret)) is not None
+    )
+
+
+async def test_two_sync_resources_claiming_one_object_do_not_flip_flop(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """The second claimant gets Conflict; the object keeps the first owner's content and marker over many resyncs."""
+    async with run_controller(resync_seconds=0.5) as running:
+        await kcp.create("first", {"kyma": "skr-1", "items": [kcp.configmap("cm-claimed", {"owner": "first"})]})
+        await eventually(lambda: _state_is(kcp, "first", "Ready"), what="first Ready")
+        first_uid = (await kcp.get("first") or {})["metadata"]["uid"]
+        await kcp.create("second", {"kyma": "skr-1", "items": [kcp.configmap("cm-claimed", {"owner": "second"})]})
+        await eventually(lambda: _state_is(kcp, "second", "Conflict"), what="second in Conflict")
+        for _ in range(3):
+            await more_reconciles(running.shared.registry, "sync_resources", 2)  # both claimants resynced
+            live = await kcp.configmap_in("skr-1", "cm-claimed")
+            assert live is not None and live["data"] == {"owner": "first"}
+            assert live["metadata"]["annotations"][wire.OWNER_ANNOTATION].startswith(first_uid)
+        await kube.request(kcp.api, "DELETE", kcp.path("second"))
+        await eventually(lambda: _gone(kcp, "second"), what="second deleted")
+        assert await kcp.configmap_in("skr-1", "cm-claimed") is not None
+
+
+async def test_a_namespace_without_a_binding_applies_nothing(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """A SyncResource in a namespace no SyncBinding covers puts no privileged Pod into any runtime; it says Forbidden."""
+    tenant = f"tenant-{uuid.uuid4().hex[:6]}"
+    await kube.ensure_namespace(kcp.api, tenant)
+    pod = {
+        "name": "pod",
+        "strategy": "CreateAndSync",
+        "resource": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"evil-{tenant}", "namespace": "kube-system"},
+            "spec": {
+                "hostPID": True,
+                "containers": [{"name": "c", "image": "busybox", "securityContext": {"privileged": True}}],
+            },
+        },
+    }
+    async with run_controller(sync_resources={"namespace": tenant}):
+        await kube.request(
+            kcp.api,
+            "POST",
+            crds.SYNC_RESOURCE.path(tenant),
+            body={
+                "apiVersion": crds.SYNC_RESOURCE.api_version,
+                "kind": "SyncResource",
+                "metadata": {"name": "escalate", "namespace": tenant},
+                "spec": {"target": {"selector": {}}, "items": [pod]},
+            },
+        )
+
+        async def forbidden() -> bool:
+            resource = await kube.request(kcp.api, "GET", crds.SYNC_RESOURCE.object_path(tenant, "escalate"))
+            return (resource.get("status") or {}).get("state") == "Forbidden"
+
+        await eventually(forbidden, what="Forbidden")
+    for runtime in kcp.skrs:
+        assert await kube.get_or_none(kcp.skrs[runtime], f"/api/v1/namespaces/kube-system/pods/evil-{tenant}") is None
+    events = await kube.request(kcp.api, "GET", kube.EVENTS.path(tenant))
+    assert any(e["involvedObject"]["name"] == "escalate" and e["type"] == "Warning" for e in events["items"])
+
+
+async def test_a_deprovisioned_runtime_lets_the_sync_resource_finish(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A runtime whose Kyma and kubeconfig are gone is dropped from the record; deleting the SyncResource completes."""
+    runtime = f"skr-tmp-{uuid.uuid4().hex[:4]}"
+    label = {"deprovision-test": runtime}
+    await register_runtime(kcp.api, runtime, _kubeconfig_of(kcp, "skr-2"), label)
+    async with run_controller():
+        await kcp.create(
+            "deprovision",
+            {"target": {"selector": {"matchLabels": label}}, "items": [kcp.configmap("cm-deprovision", {"k": "v"})]},
+        )
+        await eventually(lambda: _state_is(kcp, "deprovision", "Ready"), what="Ready")
+        await kube.request(kcp.api, "DELETE", crds.KYMA.object_path(wire.KCP_NAMESPACE, runtime))
+        await kube.request(
+            kcp.api,
+            "DELETE",
+            kube.SECRETS.object_path(
+                wire.KUBECONFIG_NAMESPACE, wire.module_kubeconfig_secret(wire.SYNC_MODULE, runtime)
+            ),
+        )
+
+        async def dropped() -> bool:
+            status = (await kcp.get("deprovision") or {}).get("status") or {}
+            return not status.get("applied") and status.get("state") == "Ready"
+
+        await eventually(dropped, what="runtime dropped from the record")
+        await kube.request(kcp.api, "DELETE", kcp.path("deprovision"))
+        await eventually(lambda: _gone(kcp, "deprovision"), what="SyncResource deleted")
+
+
+def _kubeconfig_of(kcp: Kcp, runtime: str) -> dict[str, Any]:
+    return kcp.kubeconfigs[runtime]
+
+
+async def _has(kcp: Kcp, runtime: str, name: str) -> bool:
+    return await kcp.configmap_in(runtime, name) is not None
+
+
+async def _state_is(kcp: Kcp, name: str, state: str) -> bool:
+    return await kcp.state(name) == state
+
+
+async def _gone(kcp: Kcp, name: str) -> bool:
+    return await kcp.get(name) is None
+
+
+async def test_an_event_reconciles_what_kcp_recorded_not_what_its_body_claims(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """Owner annotations forged in a runtime do not choose the SyncResource; KCP's record of what went where does."""
+    async with run_controller() as running:
+        await kcp.create("routed", {"kyma": "skr-1", "items": [kcp.configmap("cm-routed", {"k": "v"})]})
+        await kcp.create("victim", {"kyma": "skr-2", "items": [kcp.configmap("cm-victim", {"k": "v"})]})
+        for name in ("routed", "victim"):
+            await eventually(functools.partial(_state_is, kcp, name, "Ready"), what=f"{name} Ready")
+        victim = await kcp.get("victim") or {}
+        forged = {
+            wire.OWNER_ANNOTATION: f"{victim['metadata']['uid']}/cm-victim",
+            wire.SOURCE_ANNOTATION: f"{kcp.namespace}/victim",
+        }
+        controller = next(c for c in running.controllers if c.name == "sync_resources")
+
+        def event_about(name: str) -> events.ChangeEvent:
+            return events.ChangeEvent.create(
+                runtime=ids.RuntimeId("skr-1"),
+                module=ids.ModuleName(wire.SYNC_MODULE),
+                target=events.WatchedObject(
+                    group="",
+                    version="v1",
+                    resource="configmaps",
+                    kind="ConfigMap",
+                    namespace=kcp.runtime_namespace,
+                    name=name,
+                    uid="u",
+                ),
+                resource_version="9",
+                change_type=events.ChangeType.MODIFIED,
+                body={"metadata": {"name": name, "annotations": forged}},
+            )
+
+        await eventually(
+            lambda: bool(list(controller.keys_for_event(event_about("cm-routed")))), what="the record indexed"
+        )
+        assert [str(k) for k in controller.keys_for_event(event_about("cm-routed"))] == [f"{kcp.namespace}/routed"]
+        assert list(controller.keys_for_event(event_about("someone-elses"))) == []
+
+
+async def test_not_ready_and_not_reconciling_until_every_cache_listed(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """/readyz says which caches are still listing; once all have, it is ready."""
+    config = settings.ReconcilerSettings.model_validate({"sync_resources": {"namespace": kcp.namespace}})
+    idle = cli.build_manager(config, kcp=kcp.api, registry=CollectorRegistry())
+    assert "kymas" in (idle.readiness() or "") and "syncresources" in (idle.readiness() or "")
+    async with run_controller() as running:
+        await eventually(lambda: running.readiness() is None, what="ready")
