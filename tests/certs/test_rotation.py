@@ -55,7 +55,7 @@ async def test_rotation_delivers_then_renews_only_what_is_due(
 async def test_listener_accepts_a_renewed_certificate_and_refuses_an_expired_one(
     landscape: landscape_mod.Landscape, tmp_path: Path
 ) -> None:
-    """A 2-second certificate works, then fails the handshake once expired; its renewal works again."""
+    """An expired certificate fails the handshake; a renewed one works, also across a CA rotation."""
     ca = authority.Authority.create("ca")
     store = stores.DirectoryStore(tmp_path / "ca")
     await store.write(ca.to_files())
@@ -87,11 +87,12 @@ async def test_listener_accepts_a_renewed_certificate_and_refuses_an_expired_one
 
     async with server.serving(config, registry=CollectorRegistry()) as bound:
         await wait_ready(bound)
-        short = ca.issue_runtime("skr-1", lifetime=datetime.timedelta(seconds=2))
-        assert (await post(bound.events_url, context(short), events.encode(make_event(uid="short")))).status == 202
-        await asyncio.sleep(2.5)
+        an_hour_ago = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
+        expired = pki.runtime_client_cert(
+            ca.current, "skr-1", lifetime=datetime.timedelta(minutes=30), not_before=an_hour_ago
+        )
         with pytest.raises(aiohttp.ClientError):
-            await post(bound.events_url, context(short), events.encode(make_event(uid="expired")))
+            await post(bound.events_url, context(expired), events.encode(make_event(uid="expired")))
         renewed = ca.issue_runtime("skr-1", lifetime=datetime.timedelta(hours=1))
         assert (await post(bound.events_url, context(renewed), events.encode(make_event(uid="renewed")))).status == 202
 

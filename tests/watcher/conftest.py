@@ -133,6 +133,21 @@ class RunningAgent:
             assert asyncio.get_running_loop().time() < deadline, "agent did not sync"
             await asyncio.sleep(0.05)
 
+    def seen(self) -> float:
+        return self.agent.metrics.registry.get_sample_value("kyma_watcher_events_seen_total", {"module": MODULE}) or 0.0
+
+    async def settled(self, *, seen: float, timeout: float = 20) -> None:
+        """Until this agent has observed ``seen`` changes in all and nothing is pending or in flight.
+
+        A watch delivers in order, so once the count is reached every change made before has been
+        observed; with the queue empty, each was either delivered or dropped: nothing more will come.
+        """
+        deadline = asyncio.get_running_loop().time() + timeout
+        depth = self.agent.metrics.registry.get_sample_value
+        while self.seen() < seen or (depth("kyma_watcher_queue_depth") or 0) > 0:
+            assert asyncio.get_running_loop().time() < deadline, f"agent did not settle (seen {self.seen()} of {seen})"
+            await asyncio.sleep(0.05)
+
     async def shutdown(self) -> None:
         """A clean stop: the checkpoint is saved and the lease released."""
         self.stop.set()

@@ -7,6 +7,8 @@ import pytest
 from contract import events, ids
 from watcher import queue as queue_mod
 
+pytestmark = pytest.mark.looptime
+
 
 def item(uid: str, rv: str) -> queue_mod.Item:
     event = events.ChangeEvent.create(

@@ -13,8 +13,6 @@ from .conftest import MODULE, Runtime, resource_version
 
 pytestmark = pytest.mark.integration
 
-QUIET = 1.0  # seconds without further events before "exactly these" is judged
-
 
 async def test_create_update_delete_produce_exactly_these_events(
     runtime: Runtime, start_agent: Callable[..., Any]
@@ -22,6 +20,7 @@ async def test_create_update_delete_produce_exactly_these_events(
     """ADDED, MODIFIED, DELETED for a watched object, in order; nothing for an unlabelled one."""
     async with start_agent(runtime.write_config(runtime.config())) as running:
         await running.wait_synced()
+        mark = running.seen()
         created = await runtime.create("cm-a", {"k": "1"})
         await runtime.create("unwatched", {"k": "1"}, labelled=False)
         await runtime.listener.wait_for(lambda: len(runtime.listener.of("cm-a")) == 1)
@@ -29,7 +28,7 @@ async def test_create_update_delete_produce_exactly_these_events(
         await runtime.listener.wait_for(lambda: len(runtime.listener.of("cm-a")) == 2)
         await runtime.delete("cm-a")
         await runtime.listener.wait_for(lambda: len(runtime.listener.of("cm-a")) == 3)
-        await asyncio.sleep(QUIET)
+        await running.settled(seen=mark + 3)
     changes = runtime.listener.of("cm-a")
     assert [kind for kind, _ in changes] == ["ADDED", "MODIFIED", "DELETED"]
     assert changes[0][1] == resource_version(created)
@@ -49,9 +48,10 @@ async def test_reconciler_writes_and_ignored_fields_produce_no_events(
         await running.wait_synced()
         await runtime.create("cm-b", {"k": "1"})
         await runtime.listener.wait_for(lambda: len(runtime.listener.of("cm-b")) == 1)
+        mark = running.seen()
         await runtime.update("cm-b", {"k": "by-reconciler"}, manager="kyma-sync-reconciler")
         await runtime.patch("cm-b", {"metadata": {"annotations": {"touched": "yes"}}})
-        await asyncio.sleep(QUIET)
+        await running.settled(seen=mark + 2)
         assert [kind for kind, _ in runtime.listener.of("cm-b")] == ["ADDED"]
         user_edit = await runtime.update("cm-b", {"k": "by-user"})
         await runtime.listener.wait_for(lambda: len(runtime.listener.of("cm-b")) == 2)
@@ -71,7 +71,6 @@ async def test_restart_resumes_without_losing_changes_made_while_down(
         for name in ("keep", "change", "remove"):
             await runtime.create(name, {"k": "1"})
         await runtime.listener.wait_for(lambda: len(runtime.listener.received) == 3)
-        await asyncio.sleep(0.5)  # a checkpoint interval, so the deliveries are saved
     changed = await runtime.update("change", {"k": "2"})
     await runtime.delete("remove")
     added = await runtime.create("new", {"k": "1"})
@@ -79,7 +78,7 @@ async def test_restart_resumes_without_losing_changes_made_while_down(
     async with start_agent(config) as running:
         await running.wait_synced()
         await runtime.listener.wait_for(lambda: len(runtime.listener.received) >= 3)
-        await asyncio.sleep(QUIET)
+        await running.settled(seen=3)  # change, new, remove: "keep" is unchanged and must not be seen
     assert runtime.listener.of("change") == [("RESYNC", resource_version(changed))]
     assert runtime.listener.of("new") == [("RESYNC", resource_version(added))]
     assert [kind for kind, _ in runtime.listener.of("remove")] == ["DELETED"]
@@ -116,13 +115,13 @@ async def test_listener_down_for_a_while_then_every_distinct_change_arrives(
     async with start_agent(runtime.write_config(runtime.config())) as running:
         await running.wait_synced()
         runtime.listener.available = False
+        mark = running.seen()
         latest: dict[str, str] = {}
         for n in range(20):
             latest[f"obj-{n}"] = resource_version(await runtime.create(f"obj-{n}", {"k": "1"}))
         for n in range(0, 20, 2):
             latest[f"obj-{n}"] = resource_version(await runtime.update(f"obj-{n}", {"k": "2"}))
-        await runtime.listener.wait_for(lambda: runtime.listener.refused_while_down > 0)
-        await asyncio.sleep(1.0)
+        await runtime.listener.wait_for(lambda: runtime.listener.refused_while_down > 0 and running.seen() >= mark + 30)
         runtime.listener.available = True
         await runtime.listener.wait_for(
             lambda: all(runtime.listener.of(n) and runtime.listener.of(n)[-1][1] == rv for n, rv in latest.items())
@@ -161,8 +160,9 @@ async def test_paused_module_reports_nothing_until_unpaused_then_catches_up(
         await running.wait_synced()
         runtime.write_config(runtime.config(paused_modules=[MODULE]))
         await runtime.listener.wait_for(lambda: running.relists() >= 2)
+        mark = running.seen()
         created = await runtime.create("while-paused", {"k": "1"})
-        await asyncio.sleep(QUIET)
+        await running.settled(seen=mark + 1)
         assert runtime.listener.of("while-paused") == []
         runtime.write_config(runtime.config())
         await runtime.listener.wait_for(lambda: len(runtime.listener.of("while-paused")) == 1)
