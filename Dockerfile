@@ -1,4 +1,4 @@
-# One image, four entrypoints: kyma-watcher, kyma-listener, kyma-reconciler, kyma-certs.
+# One image, five entrypoints: kyma-watcher, kyma-listener, kyma-reconciler, kyma-certs, kyma-eventbus.
 # The charts pick the entrypoint with `command:`.
 FROM python:3.11-slim AS build
 RUN python -m venv /opt/kyma-sync
@@ -9,6 +9,7 @@ COPY kit /src/kit
 COPY observability /src/observability
 COPY pki /src/pki
 COPY certs /src/certs
+COPY eventbus /src/eventbus
 COPY watcher /src/watcher
 COPY listener /src/listener
 COPY reconciler /src/reconciler

@@ -103,7 +103,7 @@ def main() -> None:
         (work / name).write_bytes(data)
     bus = nats.NatsServer(workdir=work / "nats")
     bus.start()
-    bus.wait_ready()
+    bus.prepare()
     port, management = net.free_port(), net.free_port()
     (work / "listener.yaml").write_text(
         yaml.safe_dump(
@@ -112,9 +112,10 @@ def main() -> None:
                 "port": port,
                 "management_port": management,
                 "modules": list(MODULES),
+                "default_runtime_modules": list(MODULES),
                 "tls": {"cert_file": str(work / "srv.crt"), "key_file": str(work / "srv.key")},
                 "trust": {"client_ca_file": str(work / "bundle.crt")},
-                "nats": {"servers": [bus.url]},
+                "nats": {"servers": [bus.url], "credentials": bus.credentials("listener").model_dump(mode="json")},
                 "rate_limit": {"events_per_second": 100000, "burst": 100000},
             }
         )

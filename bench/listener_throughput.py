@@ -92,17 +92,18 @@ async def main() -> None:
         (work / name).write_bytes(data)
     bus = nats.NatsServer(workdir=work / "nats")
     bus.start()
-    bus.wait_ready()
+    bus.prepare()
     port, management = net.free_port(), net.free_port()
     config = {
         "host": "127.0.0.1",
         "port": port,
         "management_port": management,
         "modules": ["bench"],
+        "default_runtime_modules": ["bench"],
         "tls": {"cert_file": str(work / "server.crt"), "key_file": str(work / "server.key")},
         "trust": {"client_ca_file": str(work / "ca.crt")},
         "rate_limit": {"events_per_second": 1e6, "burst": 1_000_000},
-        "nats": {"servers": [bus.url]},
+        "nats": {"servers": [bus.url], "credentials": bus.credentials("listener").model_dump(mode="json")},
     }
     (work / "listener.yaml").write_text(yaml.safe_dump(config))
     listener = subprocess.Popen(

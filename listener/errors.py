@@ -2,13 +2,14 @@
 
 Rejected                      (status, reason, outcome label for metrics)
  ├── Unauthenticated  401     no client certificate
- ├── Forbidden        403     untrusted, revoked, expired, or speaking for another runtime
+ ├── Forbidden        403     untrusted, revoked, expired, speaking for another runtime or another's module
  ├── PayloadTooLarge  413
  ├── BadRequest       400     malformed or schema-invalid JSON
  ├── UnsupportedMedia 415
  ├── UnknownModule    422
  ├── RateLimited      429     with Retry-After
  └── Unavailable      503     NATS cannot take it now; with Retry-After
+      └── StreamFull   503     the event stream is at its limit (backpressure); with Retry-After
 """
 
 
@@ -52,3 +53,7 @@ class RateLimited(Rejected):
 
 class Unavailable(Rejected):
     status, outcome = 503, "unavailable"
+
+
+class StreamFull(Unavailable):
+    outcome = "stream_full"

@@ -1,12 +1,10 @@
 """Where the client certificate of a request comes from: our TLS handshake, or a trusted proxy."""
 
 import ipaddress
-import ssl
-import urllib.parse
 
 from aiohttp import web
 
-from listener import errors, settings
+from listener import errors, forwarded, settings
 
 
 def client_certificate_der(request: web.Request, proxy: settings.ProxySettings) -> bytes:
@@ -33,6 +31,6 @@ def _forwarded_certificate(request: web.Request, proxy: settings.ProxySettings) 
     if not header:
         raise errors.Unauthenticated(f"the proxy forwarded no {proxy.client_cert_header} header")
     try:
-        return ssl.PEM_cert_to_DER_cert(urllib.parse.unquote(header))
-    except ValueError as exc:
-        raise errors.Forbidden(f"{proxy.client_cert_header} does not hold a PEM certificate") from exc
+        return forwarded.certificate_der(header)
+    except forwarded.ForwardedCertError as exc:
+        raise errors.Forbidden(f"{proxy.client_cert_header}: {exc}") from exc

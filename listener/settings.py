@@ -7,7 +7,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clients import bus
-from contract import ids
+from contract import ids, wire
 from kit import files
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -35,16 +35,26 @@ class ProxySettings(_Section):
 
     enabled: bool = False
     client_cert_header: str = Field(
-        default="X-Forwarded-Client-Cert", description="header with the URL-encoded PEM certificate"
+        default="X-Forwarded-Client-Cert",
+        description="header with the client certificate: Envoy/Istio X-Forwarded-Client-Cert (Cert=...), "
+        "or nginx's URL-encoded PEM ($ssl_client_escaped_cert)",
     )
     trusted_proxies: tuple[IPNetwork, ...] = Field(
-        default=(), description="addresses whose forwarded certificate header is believed"
+        default=(),
+        description="the proxies' own addresses (or narrow networks: at least /24 for IPv4, /64 for IPv6) "
+        "whose forwarded certificate header is believed; anyone else sending it is refused",
     )
 
     @model_validator(mode="after")
     def _proxies_named(self) -> Self:
         if self.enabled and not self.trusted_proxies:
-            raise ValueError("proxy mode needs at least one trusted_proxies network")
+            raise ValueError("proxy mode needs at least one trusted_proxies address")
+        wide = [str(n) for n in self.trusted_proxies if n.prefixlen < (24 if n.version == 4 else 64)]
+        if wide:
+            raise ValueError(
+                f"trusted_proxies must be the proxies' addresses or narrow networks, not {wide}: anyone in "
+                "such a range could claim any runtime's identity"
+            )
         return self
 
 
@@ -55,8 +65,13 @@ class RateLimitSettings(_Section):
 
 class NatsSettings(_Section):
     servers: tuple[str, ...] = Field(min_length=1)
+    credentials: bus.Credentials = Field(
+        default=bus.Credentials(), description="the listener's NATS identity (nkey seed), the NATS CA, its inbox prefix"
+    )
     publish_timeout_seconds: float = Field(default=5, gt=0)
-    stream: bus.StreamSettings = bus.StreamSettings()
+    stream_full_retry_seconds: float = Field(
+        default=10, gt=0, description="Retry-After when the event stream is at its limit"
+    )
 
 
 class ListenerSettings(_Section):
@@ -65,6 +80,14 @@ class ListenerSettings(_Section):
     management_port: int = Field(default=9090, ge=0, le=65535, description="plain-HTTP /healthz, /readyz and /metrics")
     modules: tuple[ids.ModuleNameField, ...] = Field(
         min_length=1, description="modules events may be routed to; others are refused with 422"
+    )
+    runtime_modules: dict[ids.RuntimeIdField, tuple[ids.ModuleNameField, ...]] = Field(
+        default_factory=dict,
+        description="per runtime, the modules it may report (others are refused with 403), so one runtime "
+        "cannot inject events for a module it does not run",
+    )
+    default_runtime_modules: tuple[ids.ModuleNameField, ...] = Field(
+        default=(wire.SYNC_MODULE,), description="what a runtime not in runtime_modules may report"
     )
     tls: ServerTlsSettings | None = Field(
         default=None, description="serve HTTPS with client-certificate auth (required unless proxy mode)"
@@ -79,7 +102,14 @@ class ListenerSettings(_Section):
     def _tls_or_proxy(self) -> Self:
         if self.tls is None and not self.proxy.enabled:
             raise ValueError("configure tls (direct mTLS) or enable proxy mode")
+        allowed = {m for listed in self.runtime_modules.values() for m in listed} | set(self.default_runtime_modules)
+        unknown = sorted(allowed - set(self.modules))
+        if unknown:
+            raise ValueError(f"runtime_modules/default_runtime_modules name modules not in modules: {unknown}")
         return self
+
+    def may_report(self, runtime: str, module: str) -> bool:
+        return module in self.runtime_modules.get(runtime, self.default_runtime_modules)
 
 
 def load(path: Path) -> ListenerSettings:

@@ -13,7 +13,6 @@ revoked serials).
 
 import dataclasses
 import datetime
-import ipaddress
 from collections.abc import Iterable, Mapping
 
 from cryptography import x509
@@ -104,14 +103,10 @@ class Authority:
         return pki.runtime_client_cert(self.current, runtime, lifetime=lifetime)
 
     def issue_server(self, hosts: Iterable[str], *, lifetime: datetime.timedelta) -> pki.KeyPair:
-        names = list(hosts)
-        if not names:
-            raise AuthorityError("a server certificate needs at least one host name or IP")
-        ips = [n for n in names if _is_ip(n)]
-        dns = [n for n in names if not _is_ip(n)]
-        return pki.issue(
-            self.current, common_name=names[0], dns_names=dns, ip_addresses=ips, server=True, lifetime=lifetime
-        )
+        try:
+            return pki.server_cert(self.current, hosts, lifetime=lifetime)
+        except ValueError as exc:
+            raise AuthorityError(str(exc)) from exc
 
     def rotate(self, *, overlap: datetime.timedelta, lifetime: datetime.timedelta = pki.DEFAULT_CA_LIFETIME) -> None:
         """A new current CA; the old one stays trusted for ``overlap``."""
@@ -143,14 +138,6 @@ class Authority:
 
 def _key(ca: pki.KeyPair) -> str:
     return ca.certificate.subject.rfc4514_string() + "#" + format(ca.certificate.serial_number, "x")
-
-
-def _is_ip(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
 
 
 def is_due(certificate: x509.Certificate, *, fraction: float = 2 / 3, now: datetime.datetime | None = None) -> bool:

@@ -173,6 +173,24 @@ def signing_key_pem() -> tuple[bytes, bytes]:
     return private, public
 
 
+def server_cert(ca: KeyPair, hosts: Iterable[str], *, lifetime: datetime.timedelta) -> KeyPair:
+    """A serving certificate for ``hosts`` (names and IP addresses; the first is the CN)."""
+    names = list(hosts)
+    if not names:
+        raise ValueError("a server certificate needs at least one host name or IP")
+    ips = [n for n in names if _is_ip(n)]
+    dns = [n for n in names if not _is_ip(n)]
+    return issue(ca, common_name=names[0], dns_names=dns, ip_addresses=ips, server=True, lifetime=lifetime)
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 def runtime_client_cert(
     ca: KeyPair,
     runtime: str,

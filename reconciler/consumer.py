@@ -61,6 +61,7 @@ class ConsumerSettings:
     subject: str
     durable: str
     stream: str
+    credentials: bus.Credentials = dataclasses.field(default_factory=bus.Credentials)
     max_deliveries: int = 8
     ack_wait_seconds: float = 30
     max_in_flight: int = 256
@@ -199,7 +200,10 @@ async def consume(
     backoff = aio.Backoff(initial=0.5)
     while not stop.is_set():
         connection = await bus.connect_retrying(
-            list(settings.servers), name=f"kyma-reconciler-{settings.durable}", stop=stop
+            list(settings.servers),
+            name=f"kyma-reconciler-{settings.durable}",
+            stop=stop,
+            credentials=settings.credentials,
         )
         if connection is None:
             return

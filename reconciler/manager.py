@@ -55,6 +55,7 @@ class Manager:
                                     subject=subjects.module_wildcard(ids.module_name(module)),
                                     durable=f"{config.nats.durable_prefix}-{module}",
                                     stream=wire.STREAM_NAME,
+                                    credentials=config.nats.credentials,
                                     max_deliveries=config.nats.max_deliveries,
                                     ack_wait_seconds=config.nats.ack_wait_seconds,
                                     max_in_flight=config.nats.max_in_flight,

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from clients import kube
+from clients import bus, kube
 from contract import wire
 from kit import files
 from reconciler import kinds
@@ -81,6 +81,10 @@ class NatsSettings(_Section):
     """Where watcher events come from; without servers only KCP watches and the resync trigger reconciles."""
 
     servers: tuple[str, ...] = Field(default=(), description="NATS URLs")
+    credentials: bus.Credentials = Field(
+        default=bus.Credentials(),
+        description="the reconciler's NATS identity (nkey seed), the NATS CA, its inbox prefix",
+    )
     durable_prefix: str = Field(
         default="kyma-reconciler", description="JetStream durable consumers are named <prefix>-<module>"
     )

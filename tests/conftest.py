@@ -13,6 +13,7 @@ import nats
 import pytest
 from kubernetes_asyncio import client
 from nats.aio.client import Client as Nats
+from nats.js import api as js_api
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -56,8 +57,33 @@ def landscape(
     tmp_path_factory: pytest.TempPathFactory, testbin_binaries: testbin.Binaries
 ) -> Iterator[landscape_mod.Landscape]:
     running = landscape_mod.start(workdir=tmp_path_factory.mktemp("landscape"), binaries=testbin_binaries)
+    asyncio.run(keep_every_event(running.nats))
     yield running
     running.stop()
+
+
+ARCHIVE = "test-archive"
+
+
+async def keep_every_event(server: nats_mod.NatsServer) -> None:
+    """A durable over every event subject that is never read: with interest retention the stream then
+    keeps everything, so tests can look at what was stored (tests of retention use a server of their own)."""
+    connection = await connect_raw(server)
+    try:
+        await connection.jetstream().add_consumer(
+            bus.EVENTS.name,
+            js_api.ConsumerConfig(
+                durable_name=ARCHIVE, filter_subject=bus.EVENTS.subjects[0], ack_policy=js_api.AckPolicy.EXPLICIT
+            ),
+        )
+    finally:
+        await connection.close()
+
+
+async def connect_raw(server: nats_mod.NatsServer, identity: str = "admin") -> Nats:
+    """A plain nats-py connection as one of the server's identities."""
+    options = bus.connect_options([server.url], name=f"tests-{identity}", credentials=server.credentials(identity))
+    return await nats.connect(**options)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -74,27 +100,29 @@ async def skr_api(landscape: landscape_mod.Landscape) -> AsyncIterator[client.Ap
 
 @pytest.fixture
 async def nats_client(landscape: landscape_mod.Landscape) -> AsyncIterator[Nats]:
-    """A plain nats-py connection, for tests that look at JetStream directly."""
-    connection = await nats.connect([landscape.nats.url], name="tests")
+    """A plain nats-py connection as the admin, for tests that look at JetStream directly."""
+    connection = await connect_raw(landscape.nats)
     yield connection
     await connection.close()
 
 
 @pytest.fixture
 async def event_bus(landscape: landscape_mod.Landscape) -> AsyncIterator[bus.Bus]:
-    """Our own connection, with the event and dead-letter streams in place."""
-    connection = await bus.Bus.connect([landscape.nats.url], name="tests")
-    await connection.ensure_stream(bus.StreamSettings())
-    await connection.ensure_stream(bus.DEAD_LETTERS)
+    """Our own connection, as the admin."""
+    connection = await bus.Bus.connect([landscape.nats.url], name="tests", credentials=landscape.nats.credentials())
     yield connection
     await connection.close()
 
 
 @pytest.fixture
-def private_nats(tmp_path: Path) -> Iterator[nats_mod.NatsServer]:
-    """A NATS server of the test's own, for tests that stop and restart it."""
+async def private_nats(tmp_path: Path) -> AsyncIterator[nats_mod.NatsServer]:
+    """A NATS server of the test's own (streams created, every event kept), for tests that stop and restart it."""
     server = nats_mod.NatsServer(workdir=tmp_path / "nats")
     server.start()
-    server.wait_ready()
-    yield server
-    server.stop()
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, server.wait_ready)
+        await server.ensure_streams()
+        await keep_every_event(server)
+        yield server
+    finally:
+        server.stop()

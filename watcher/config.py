@@ -60,6 +60,15 @@ class DeliverySettings(_Section):
     backoff_initial_seconds: float = Field(default=0.2, gt=0)
     backoff_max_seconds: float = Field(default=30, gt=0)
 
+    @model_validator(mode="after")
+    def _retries_deduplicated(self) -> Self:
+        if self.request_timeout_seconds + self.backoff_max_seconds > wire.DEDUP_WINDOW_SECONDS:
+            raise ValueError(
+                f"request_timeout_seconds + backoff_max_seconds must fit in JetStream's duplicate window "
+                f"({wire.DEDUP_WINDOW_SECONDS:g}s), or a retried event could be stored twice"
+            )
+        return self
+
 
 class LeaseSettings(_Section):
     namespace: str = "kyma-system"

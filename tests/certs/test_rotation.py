@@ -74,7 +74,8 @@ async def test_listener_accepts_a_renewed_certificate_and_refuses_an_expired_one
                 "crl_file": store.directory / authority.CRL,
                 "reload_interval_seconds": 0.2,
             },
-            "nats": {"servers": [landscape.nats.url]},
+            "nats": {"servers": [landscape.nats.url], "credentials": landscape.nats.credentials("listener")},
+            "default_runtime_modules": ["cloud-manager"],
         }
     )
 

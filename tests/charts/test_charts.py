@@ -1,5 +1,6 @@
 """The Helm charts: lint clean, render, carry valid configuration, and are accepted by a real apiserver."""
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,9 @@ import yaml
 
 from clients import kube, objects
 from contract import wire
+from devenv import nats as nats_mod
 from devenv import testbin
+from eventbus import layout, setup
 from listener import settings as listener_settings
 from reconciler import crds
 from reconciler import settings as reconciler_settings
@@ -80,7 +83,11 @@ def test_watcher_chart_requires_the_runtime_name(helm: Path) -> None:
     ("values", "proxy"),
     [
         pytest.param([], False, id="passthrough"),
-        pytest.param(["--set", "ingress.mode=forward-client-cert"], True, id="forwarded"),
+        pytest.param(
+            ["--set", "ingress.mode=forward-client-cert", "--set", "ingress.trustedProxies={10.1.2.3/32}"],
+            True,
+            id="forwarded",
+        ),
     ],
 )
 def test_listener_chart_config_matches_the_ingress_mode(helm: Path, values: list[str], proxy: bool) -> None:
@@ -88,6 +95,9 @@ def test_listener_chart_config_matches_the_ingress_mode(helm: Path, values: list
     docs = render(helm, "kyma-listener", *values)
     config = listener_settings.ListenerSettings.model_validate(embedded(docs, "listener.yaml"))
     assert config.proxy.enabled is proxy and (config.tls is None) is proxy
+    assert (
+        config.nats.credentials.nkey_seed_file is not None and config.nats.credentials.inbox_prefix == "_INBOX_listener"
+    )
     [ingress] = [d for d in docs if d["kind"] == "Ingress"]
     annotations = ingress["metadata"]["annotations"]
     assert ("nginx.ingress.kubernetes.io/auth-tls-pass-certificate-to-upstream" in annotations) is proxy
@@ -100,12 +110,73 @@ def test_listener_chart_config_matches_the_ingress_mode(helm: Path, values: list
     }
 
 
-def test_listener_chart_can_bring_its_own_nats(helm: Path) -> None:
-    """nats.deploy renders a JetStream StatefulSet and points the listener at it."""
-    docs = render(helm, "kyma-listener", "--set", "nats.deploy=true")
+def test_listener_chart_refuses_forwarding_without_trusted_proxies(helm: Path) -> None:
+    """Forwarded client certificates need the proxies named: there is no default network to trust."""
+    result = subprocess.run(
+        [str(helm), "template", "l", str(CHARTS / "kyma-listener"), "--set", "ingress.mode=forward-client-cert"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0 and "ingress.trustedProxies" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def bus_values(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Chart values for a NATS with the users kyma-eventbus declares (admin, listener, reconciler, a team)."""
+    directory = tmp_path_factory.mktemp("eventbus")
+    setup.init(
+        directory / "bus",
+        server=layout.ServerSettings(store_dir=directory / "js"),
+        hosts=["kyma-listener-nats.kyma-system.svc"],
+        reconciler_modules=["kyma-sync", "cloud-manager"],
+    )
+    setup.add_team(directory / "bus", name="team-btp", module="btp-operator")
+    values = directory / "values.yaml"
+    authorization = layout.authorization(layout.load(directory / "bus"))
+    values.write_text(
+        yaml.safe_dump({"nats": {"deploy": True, "authorization": authorization, "teamNamespaces": ["team-btp"]}})
+    )
+    return values
+
+
+def test_listener_chart_can_bring_its_own_secured_nats(helm: Path, bus_values: Path) -> None:
+    """nats.deploy renders TLS, exactly kyma-eventbus's users and permissions, a NetworkPolicy and the streams job."""
+    docs = render(helm, "kyma-listener", "-f", str(bus_values))
     config = listener_settings.ListenerSettings.model_validate(embedded(docs, "listener.yaml"))
-    assert config.nats.servers == ("nats://kyma-listener-nats.kyma-system.svc:4222",)
+    assert config.nats.servers == ("tls://kyma-listener-nats.kyma-system.svc:4222",)
+    [nats_config] = [d for d in docs if d["kind"] == "ConfigMap" and "server.conf" in d["data"]]
+    server_conf = json.loads(nats_config["data"]["server.conf"])
+    assert server_conf["authorization"] == yaml.safe_load(bus_values.read_text())["nats"]["authorization"]
+    assert "no_auth_user" not in server_conf and server_conf["tls"]["cert_file"].startswith("/etc/nats/tls/")
+    [policy] = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    sources = policy["spec"]["ingress"][0]["from"]
+    assert {"kubernetes.io/metadata.name": "team-btp"} in [
+        s.get("namespaceSelector", {}).get("matchLabels") for s in sources
+    ]
+    assert all("podSelector" in s or "namespaceSelector" in s for s in sources) and len(sources) == 4
+    [job] = [d for d in docs if d["kind"] == "Job"]
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][:2] == ["kyma-eventbus", "ensure-streams"]
     assert "StatefulSet" in {d["kind"] for d in docs}
+
+
+def test_the_rendered_nats_configuration_is_accepted_by_nats_server(
+    helm: Path, bus_values: Path, tmp_path: Path
+) -> None:
+    """nats-server -t accepts the chart's configuration (once its paths point at real files)."""
+    docs = render(helm, "kyma-listener", "-f", str(bus_values))
+    [nats_config] = [d for d in docs if d["kind"] == "ConfigMap" and "server.conf" in d["data"]]
+    bus_dir = bus_values.parent / "bus"
+    text = (
+        nats_config["data"]["server.conf"]
+        .replace("/etc/nats/tls/tls.crt", str(bus_dir / layout.CERT_FILE))
+        .replace("/etc/nats/tls/tls.key", str(bus_dir / layout.KEY_FILE))
+        .replace('"/data"', json.dumps(str(tmp_path / "js")))
+    )
+    (tmp_path / "server.conf").write_text(text)
+    result = subprocess.run(
+        [str(nats_mod.find_nats_server()), "-t", "-c", str(tmp_path / "server.conf")], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_reconciler_chart_config_is_valid_and_ships_the_crds(helm: Path) -> None:
@@ -121,7 +192,7 @@ def test_reconciler_chart_config_is_valid_and_ships_the_crds(helm: Path) -> None
 @pytest.mark.integration
 @pytest.mark.parametrize("chart", sorted(REQUIRED))
 async def test_rendered_objects_are_accepted_by_a_real_apiserver(
-    helm: Path, kcp_api: kube.ApiClient, chart: str
+    helm: Path, kcp_api: kube.ApiClient, chart: str, bus_values: Path
 ) -> None:
     """Every rendered object passes a server-side dry-run apply (schema, defaults, admission)."""
     namespace = "charts-" + chart.removeprefix("kyma-")
@@ -129,7 +200,7 @@ async def test_rendered_objects_are_accepted_by_a_real_apiserver(
     await kube.ensure_namespace(kcp_api, "kyma-sync-kubeconfigs")
     cluster = objects.ClusterObjects(kcp_api, field_manager=wire.RECONCILER_FIELD_MANAGER)
     docs = (
-        render(helm, chart, "--set", "nats.deploy=true", namespace=namespace)
+        render(helm, chart, "-f", str(bus_values), namespace=namespace)
         if chart == "kyma-listener"
         else render(helm, chart, namespace=namespace)
     )

@@ -37,6 +37,9 @@ def test_demo_scenario_converges_and_exits_cleanly(testbin_binaries: testbin.Bin
         "control plane up",
         "certificates issued to skr-1, skr-2",
         "listener up at https://127.0.0.1:",
+        '"nats_credentials"',
+        "NATS admin: nats --server tls://127.0.0.1:",
+        "NATS team team-cloud (reads module cloud-manager only)",
         "SyncResource converged in",
         "skr-2: demo-settings data={'feature': 'on'}",
         "drift reset after",
@@ -47,6 +50,12 @@ def test_demo_scenario_converges_and_exits_cleanly(testbin_binaries: testbin.Bin
         "demo done",
     ):
         assert expected in output, f"missing {expected!r} in:\n{output}"
+    for runtime in ("skr-1", "skr-2"):
+        assert {p.name for p in (tmp_path / "demo" / "runtimes" / runtime).iterdir()} >= {
+            "tls.crt",
+            "tls.key",
+            "ca.crt",
+        }
     logs = tmp_path / "demo" / "logs"
     assert {p.name for p in logs.iterdir()} >= {
         "listener.log",

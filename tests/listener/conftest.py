@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from contract import events, ids
 from devenv import landscape as landscape_mod
+from devenv import nats as nats_mod
 from listener import server, settings
 from pki import pki
 
@@ -57,7 +58,7 @@ ConfigFactory = Callable[..., settings.ListenerSettings]
 
 @pytest.fixture
 def listener_config(runtime_pki: Pki) -> ConfigFactory:
-    def make(nats_url: str, **overrides: Any) -> settings.ListenerSettings:
+    def make(nats_server: nats_mod.NatsServer, **overrides: Any) -> settings.ListenerSettings:
         document: dict[str, Any] = {
             "host": "127.0.0.1",
             "port": 0,
@@ -68,7 +69,12 @@ def listener_config(runtime_pki: Pki) -> ConfigFactory:
                 "key_file": runtime_pki.directory / "server.key",
             },
             "trust": {"client_ca_file": runtime_pki.directory / "runtime-ca.crt", "reload_interval_seconds": 0.2},
-            "nats": {"servers": [nats_url], "publish_timeout_seconds": 1.0},
+            "nats": {
+                "servers": [nats_server.url],
+                "credentials": nats_server.credentials("listener"),
+                "publish_timeout_seconds": 1.0,
+            },
+            "default_runtime_modules": list(MODULES),
             "shutdown_grace_seconds": 5,
         }
         document.update(overrides)
@@ -79,7 +85,7 @@ def listener_config(runtime_pki: Pki) -> ConfigFactory:
 
 @pytest.fixture
 async def listener(landscape: landscape_mod.Landscape, listener_config: ConfigFactory) -> AsyncIterator[server.Bound]:
-    async with server.serving(listener_config(landscape.nats.url), registry=CollectorRegistry()) as bound:
+    async with server.serving(listener_config(landscape.nats), registry=CollectorRegistry()) as bound:
         await wait_ready(bound)
         yield bound
 

@@ -2,13 +2,17 @@
 
 import asyncio
 import datetime
+import hashlib
+import ssl
 import urllib.parse
 from collections.abc import AsyncIterator
 
 import aiohttp
 import nats
 import nats.errors
+import pydantic
 import pytest
+from cryptography import x509
 from nats.aio.client import Client as Nats
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
@@ -20,6 +24,7 @@ from devenv import nats as nats_mod
 from listener import server
 from pki import pki
 
+from ..conftest import ARCHIVE, connect_raw
 from .conftest import ConfigFactory, Pki, make_event, post, wait_ready
 
 pytestmark = pytest.mark.integration
@@ -100,7 +105,7 @@ async def test_revoked_certificate_is_refused_after_crl_reload(
     """A certificate listed in a CRL published at run time gets 403 'revoked'; others still pass."""
     crl_file = runtime_pki.directory / "runtime.crl"
     crl_file.write_bytes(pki.crl_pem(pki.build_crl(runtime_pki.runtime_ca, [])))
-    config = listener_config(landscape.nats.url)
+    config = listener_config(landscape.nats)
     config = config.model_copy(update={"trust": config.trust.model_copy(update={"crl_file": crl_file})})
     doomed, healthy = runtime_pki.runtime_cert("skr-1"), runtime_pki.runtime_cert("skr-1")
     async with server.serving(config, registry=CollectorRegistry()) as bound:
@@ -179,7 +184,7 @@ async def test_runtime_over_its_rate_gets_429(
     landscape: landscape_mod.Landscape, listener_config: ConfigFactory, runtime_pki: Pki
 ) -> None:
     """Past its burst a runtime gets 429 with Retry-After; another runtime is unaffected."""
-    config = listener_config(landscape.nats.url, rate_limit={"events_per_second": 0.5, "burst": 2})
+    config = listener_config(landscape.nats, rate_limit={"events_per_second": 0.5, "burst": 2})
     async with server.serving(config, registry=CollectorRegistry()) as bound:
         await wait_ready(bound)
         noisy = runtime_pki.client_context(runtime_pki.runtime_cert("skr-1"))
@@ -202,7 +207,7 @@ async def test_nats_outage_gives_503_then_deliveries_resume(
 ) -> None:
     """NATS stopped mid-run: 503 with Retry-After; restarted: the retried event is accepted and stored."""
     context = runtime_pki.client_context(runtime_pki.runtime_cert("skr-1"))
-    async with server.serving(listener_config(private_nats.url), registry=CollectorRegistry()) as bound:
+    async with server.serving(listener_config(private_nats), registry=CollectorRegistry()) as bound:
         await wait_ready(bound)
         assert (await post(bound.events_url, context, events.encode(make_event(uid="before")))).status == 202
         private_nats.stop()
@@ -216,7 +221,7 @@ async def test_nats_outage_gives_503_then_deliveries_resume(
             assert asyncio.get_running_loop().time() < deadline, "deliveries did not resume"
             await asyncio.sleep(0.2)
         assert reply.status == 202
-    connection = await nats.connect([private_nats.url], name="check")
+    connection = await connect_raw(private_nats)
     try:
         info = await connection.jetstream().stream_info(STREAM, subjects_filter=during.subject)
         assert info.state.messages == 2
@@ -249,30 +254,65 @@ async def test_trace_context_is_carried_into_nats_headers(
     assert message.headers is not None and message.headers["traceparent"].split("-")[1] == trace_id
 
 
+def _xfcc(pem: bytes, *, subject: str | None = None, digest: str | None = None) -> str:
+    """An X-Forwarded-Client-Cert element as Envoy/Istio write it (Cert URL-encoded and quoted)."""
+    der = ssl.PEM_cert_to_DER_cert(pem.decode())
+    subject = subject or x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    return (
+        f"By=spiffe://cluster.local/ns/kcp-system/sa/kyma-listener;Hash={digest or hashlib.sha256(der).hexdigest()};"
+        f'Cert="{urllib.parse.quote(pem.decode())}";Subject="{subject}";URI='
+    )
+
+
+@pytest.mark.parametrize(
+    "style",
+    [
+        pytest.param("nginx", id="nginx-escaped-pem"),
+        pytest.param("envoy", id="envoy-xfcc"),
+        pytest.param("istio", id="istio-xfcc-appended-by-sidecar"),
+    ],
+)
 async def test_proxy_mode_trusts_forwarded_certificates_only_from_trusted_proxies(
-    landscape: landscape_mod.Landscape, listener_config: ConfigFactory, runtime_pki: Pki
+    landscape: landscape_mod.Landscape, listener_config: ConfigFactory, runtime_pki: Pki, style: str
 ) -> None:
-    """Behind an ingress the forwarded certificate counts only when the request comes from a trusted proxy."""
-    forwarded = urllib.parse.quote(runtime_pki.runtime_cert("skr-1").cert_pem.decode())
+    """Behind an ingress the forwarded certificate counts only from a trusted proxy, in nginx's and Envoy's forms."""
+    pem = runtime_pki.runtime_cert("skr-1").cert_pem
+    other = runtime_pki.runtime_cert("skr-2").cert_pem
+    forwarded = {
+        "nginx": urllib.parse.quote(pem.decode()),
+        "envoy": _xfcc(pem),
+        "istio": _xfcc(pem) + ",By=spiffe://cluster.local/ns/kcp-system/sa/kyma-listener;Hash=00;URI=spiffe://gateway",
+    }[style]
     header = "X-Forwarded-Client-Cert"
-    body = events.encode(make_event(uid="proxied"))
-    trusted = listener_config(landscape.nats.url, tls=None, proxy={"enabled": True, "trusted_proxies": ["127.0.0.0/8"]})
+    body = events.encode(make_event(uid=f"proxied-{style}"))
+    trusted = listener_config(landscape.nats, tls=None, proxy={"enabled": True, "trusted_proxies": ["127.0.0.1/32"]})
     async with server.serving(trusted, registry=CollectorRegistry()) as bound:
         await wait_ready(bound)
         assert bound.events_url.startswith("http://")
         accepted = await post(bound.events_url, None, body, headers={header: forwarded})
         missing = await post(bound.events_url, None, body)
-        forged = await post(bound.events_url, None, body, headers={header: "garbage"})
+        garbage = await post(bound.events_url, None, body, headers={header: "garbage"})
+        wrong_hash = await post(bound.events_url, None, body, headers={header: _xfcc(pem, digest="ab" * 32)})
+        wrong_subject = await post(
+            bound.events_url, None, body, headers={header: _xfcc(other, subject="CN=skr-1,O=kyma-runtimes")}
+        )
     assert accepted.status == 202
     assert missing.status == 401
-    assert forged.status == 403
-    untrusted = listener_config(
-        landscape.nats.url, tls=None, proxy={"enabled": True, "trusted_proxies": ["10.0.0.0/8"]}
-    )
+    assert garbage.status == 403 and wrong_hash.status == 403 and wrong_subject.status == 403
+    untrusted = listener_config(landscape.nats, tls=None, proxy={"enabled": True, "trusted_proxies": ["10.1.2.3/32"]})
     async with server.serving(untrusted, registry=CollectorRegistry()) as bound:
         await wait_ready(bound)
-        refused = await post(bound.events_url, None, body, headers={header: forwarded})
-    assert refused.status == 403 and "trusted proxy" in refused.body["error"]
+        spoofed = await post(bound.events_url, None, body, headers={header: forwarded})
+    assert spoofed.status == 403 and "trusted proxy" in spoofed.body["error"]
+
+
+@pytest.mark.parametrize("network", ["10.0.0.0/8", "0.0.0.0/0", "192.168.0.0/16", "fd00::/8"])
+def test_wide_trusted_proxy_networks_are_refused(
+    landscape: landscape_mod.Landscape, listener_config: ConfigFactory, network: str
+) -> None:
+    """A trusted network wider than /24 (IPv4) or /64 (IPv6) would let anyone in it claim any runtime."""
+    with pytest.raises(pydantic.ValidationError, match="narrow"):
+        listener_config(landscape.nats, tls=None, proxy={"enabled": True, "trusted_proxies": [network]})
 
 
 async def test_shutdown_drains_in_flight_requests(
@@ -290,7 +330,7 @@ async def test_shutdown_drains_in_flight_requests(
         yield payload[10:]
 
     context = runtime_pki.client_context(runtime_pki.runtime_cert("skr-1"))
-    async with server.serving(listener_config(landscape.nats.url), registry=CollectorRegistry()) as bound:
+    async with server.serving(listener_config(landscape.nats), registry=CollectorRegistry()) as bound:
         await wait_ready(bound)
         in_flight = asyncio.create_task(post(bound.events_url, context, slow_body()))
         await body_started.wait()
@@ -307,8 +347,8 @@ async def test_two_listeners_side_by_side_store_an_event_once(
     event = make_event(uid="two-listeners")
     context = runtime_pki.client_context(runtime_pki.runtime_cert("skr-1"))
     async with (
-        server.serving(listener_config(landscape.nats.url), registry=CollectorRegistry()) as first,
-        server.serving(listener_config(landscape.nats.url), registry=CollectorRegistry()) as second,
+        server.serving(listener_config(landscape.nats), registry=CollectorRegistry()) as first,
+        server.serving(listener_config(landscape.nats), registry=CollectorRegistry()) as second,
     ):
         await wait_ready(first)
         await wait_ready(second)
@@ -327,3 +367,57 @@ async def test_metrics_count_outcomes(listener: server.Bound, runtime_pki: Pki) 
         text = await response.text()
     assert 'kyma_listener_requests_total{outcome="accepted"} 1.0' in text
     assert 'kyma_listener_requests_total{outcome="invalid"} 1.0' in text
+
+
+async def test_a_full_stream_is_backpressure_503_with_retry_after_then_recovers(
+    private_nats: nats_mod.NatsServer, listener_config: ConfigFactory, runtime_pki: Pki
+) -> None:
+    """At the stream's byte limit the listener answers 503 + Retry-After (counted); once consumers catch up, 202 again."""
+    admin = await bus.Bus.connect([private_nats.url], name="admin", credentials=private_nats.credentials())
+    try:
+        await admin.ensure_stream(bus.EVENTS.model_copy(update={"max_bytes": 8192}))
+    finally:
+        await admin.close()
+    context = runtime_pki.client_context(runtime_pki.runtime_cert("skr-1"))
+    registry = CollectorRegistry()
+    async with server.serving(listener_config(private_nats), registry=registry) as bound:
+        await wait_ready(bound)
+        replies = [await post(bound.events_url, context, events.encode(make_event(uid=f"fill-{n}"))) for n in range(40)]
+        statuses = [r.status for r in replies]
+        assert 202 in statuses and 503 in statuses
+        full = next(r for r in replies if r.status == 503)
+        assert int(full.headers["Retry-After"]) >= 1 and "full" in full.body["error"]
+        assert (registry.get_sample_value("kyma_listener_requests_total", {"outcome": "stream_full"}) or 0) >= 1
+        raw = await connect_raw(private_nats)
+        try:
+            await raw.jetstream().delete_consumer(bus.EVENTS.name, ARCHIVE)  # the only interest: its events go
+        finally:
+            await raw.close()
+        again = await post(bound.events_url, context, events.encode(make_event(uid="after-drain")))
+    assert again.status == 202
+
+
+async def test_a_runtime_may_report_only_its_modules(
+    landscape: landscape_mod.Landscape, listener_config: ConfigFactory, runtime_pki: Pki
+) -> None:
+    """skr-1 runs cloud-manager, skr-2 does not: skr-2's cloud-manager event is refused with 403."""
+    config = listener_config(
+        landscape.nats,
+        modules=["kyma-sync", "cloud-manager"],
+        runtime_modules={"skr-1": ["kyma-sync", "cloud-manager"]},
+        default_runtime_modules=["kyma-sync"],
+    )
+    async with server.serving(config, registry=CollectorRegistry()) as bound:
+        await wait_ready(bound)
+        allowed = await post(
+            bound.events_url,
+            runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")),
+            events.encode(make_event(uid="ok", module="cloud-manager")),
+        )
+        injected = await post(
+            bound.events_url,
+            runtime_pki.client_context(runtime_pki.runtime_cert("skr-2")),
+            events.encode(make_event(uid="injected", runtime="skr-2", module="cloud-manager")),
+        )
+    assert allowed.status == 202
+    assert injected.status == 403 and "may not report" in injected.body["error"]

@@ -25,6 +25,7 @@ from pki import authority, kubeconfigs
 from reconciler import cli, crds, manager, settings
 from watcher import agent as agent_mod
 
+from ..conftest import connect_raw
 from ..listener.conftest import wait_ready
 from ..waiting import eventually
 
@@ -190,8 +191,14 @@ async def kcp(landscape: landscape_mod.Landscape, kcp_api: client.ApiClient) -> 
 
 
 @pytest.fixture
-def run_controller(kcp: Kcp) -> Callable[..., "contextlib.AbstractAsyncContextManager[manager.Manager]"]:
-    """Start the reconcilers on this test's KCP namespace; by default only the SyncResource controller."""
+def run_controller(
+    landscape: landscape_mod.Landscape, kcp: Kcp
+) -> Callable[..., "contextlib.AbstractAsyncContextManager[manager.Manager]"]:
+    """Start the reconcilers on this test's KCP namespace; by default only the SyncResource controller.
+
+    With NATS they connect as the admin (the test's durables have random names), and their durables
+    are deleted afterwards: a durable left behind would keep holding events of the shared stream.
+    """
 
     @contextlib.asynccontextmanager
     async def start(
@@ -199,7 +206,11 @@ def run_controller(kcp: Kcp) -> Callable[..., "contextlib.AbstractAsyncContextMa
     ) -> AsyncIterator[manager.Manager]:
         config = settings.ReconcilerSettings.model_validate(
             {
-                "nats": {"servers": nats_servers, "durable_prefix": f"test-{uuid.uuid4().hex[:6]}"},
+                "nats": {
+                    "servers": nats_servers,
+                    "credentials": landscape.nats.credentials(),  # admin: the test's durables have random names
+                    "durable_prefix": f"test-{uuid.uuid4().hex[:6]}",
+                },
                 "module_templates": {"enabled": False},
                 "kyma": {"enabled": False},
                 **sections,
@@ -218,8 +229,21 @@ def run_controller(kcp: Kcp) -> Callable[..., "contextlib.AbstractAsyncContextMa
         finally:
             stop.set()
             await task
+            if nats_servers:
+                await _delete_durables(landscape, prefix=config.nats.durable_prefix)
 
     return start
+
+
+async def _delete_durables(landscape: landscape_mod.Landscape, *, prefix: str) -> None:
+    connection = await connect_raw(landscape.nats)
+    try:
+        js = connection.jetstream()
+        for info in await js.consumers_info(wire.STREAM_NAME):
+            if info.name.startswith(f"{prefix}-"):
+                await js.delete_consumer(wire.STREAM_NAME, info.name)
+    finally:
+        await connection.close()
 
 
 def _write(directory: Path, name: str, data: bytes) -> str:
@@ -256,7 +280,8 @@ def pipeline(
                     "key_file": _write(tmp_path, "srv.key", serving.key_pem),
                 },
                 "trust": {"client_ca_file": bundle},
-                "nats": {"servers": [landscape.nats.url]},
+                "nats": {"servers": [landscape.nats.url], "credentials": landscape.nats.credentials("listener")},
+                "default_runtime_modules": modules,
             }
         )
         async with server.serving(listener_config, registry=CollectorRegistry()) as bound:

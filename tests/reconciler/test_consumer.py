@@ -83,6 +83,7 @@ async def test_a_failing_event_is_dead_lettered_while_others_flow(
     metrics = consumer.ConsumerMetrics(registry)
     settings = consumer.ConsumerSettings(
         servers=(landscape.nats.url,),
+        credentials=landscape.nats.credentials(),
         subject=f"kyma.events.{module}.*",
         durable=f"d-{module}",
         stream=bus.StreamSettings().name,
@@ -134,6 +135,7 @@ async def test_an_event_on_another_runtimes_subject_is_refused(
     await publish(event_bus, event_for(module, "skr-b", "genuine"))
     settings = consumer.ConsumerSettings(
         servers=(landscape.nats.url,),
+        credentials=landscape.nats.credentials(),
         subject=f"kyma.events.{module}.*",
         durable=f"d-{module}",
         stream=bus.StreamSettings().name,
@@ -177,6 +179,7 @@ async def test_a_reconcile_longer_than_ack_wait_is_not_redelivered(
     await publish(event_bus, event_for(module, "skr-a", "slow"))
     settings = consumer.ConsumerSettings(
         servers=(landscape.nats.url,),
+        credentials=landscape.nats.credentials(),
         subject=f"kyma.events.{module}.*",
         durable=f"d-{module}",
         stream=bus.StreamSettings().name,

@@ -26,23 +26,30 @@ SAMPLE = Path(__file__).parents[2] / "examples" / "central_team_subscriber.py"
 async def test_sample_subscriber_and_a_reconciler_consumer_each_get_every_event(
     landscape: landscape_mod.Landscape, event_bus: bus.Bus, nats_client: Nats
 ) -> None:
-    """Two durable consumers on one module's subjects both receive both runtimes' events."""
-    module = f"team-{uuid.uuid4().hex[:6]}"
+    """Two durable consumers on one module's subjects both receive both runtimes' events; the team's with its own identity."""
+    suffix = uuid.uuid4().hex[:6]
+    module, team = f"mod-{suffix}", f"team-{suffix}"
+    credentials = await landscape.nats.add_team(team, module=module)
+    assert credentials.nkey_seed_file is not None and credentials.ca_file is not None
     sample = await asyncio.create_subprocess_exec(
         sys.executable,
         str(SAMPLE),
         "--nats",
         landscape.nats.url,
+        "--ca",
+        str(credentials.ca_file),
+        "--nkey",
+        str(credentials.nkey_seed_file),
+        "--team",
+        team,
         "--module",
         module,
-        "--durable",
-        "team-a",
         "--limit",
         "2",
         stdout=asyncio.subprocess.PIPE,
     )
     await eventually(
-        lambda: _has_consumer(nats_client, "team-a"), what="the sample's consumer (it delivers new messages only)"
+        lambda: _has_consumer(nats_client, team), what="the sample's consumer (it delivers new messages only)"
     )
     sent = []
     for runtime in ("skr-1", "skr-2"):
@@ -78,8 +85,9 @@ async def test_sample_subscriber_and_a_reconciler_consumer_each_get_every_event(
             consumer.ConsumerSettings(
                 servers=(landscape.nats.url,),
                 subject=f"kyma.events.{module}.*",
-                durable="reconciler",
+                durable=f"reconciler-{suffix}",
                 stream=bus.StreamSettings().name,
+                credentials=landscape.nats.credentials(),
             ),
             handler,
             metrics=consumer.ConsumerMetrics(CollectorRegistry()),

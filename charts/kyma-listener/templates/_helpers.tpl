@@ -10,7 +10,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "kyma-listener.forwarded" -}}{{ and .Values.ingress.enabled (eq .Values.ingress.mode "forward-client-cert") }}{{- end }}
 {{- define "kyma-listener.natsServers" -}}
 {{- if .Values.nats.deploy -}}
-{{ list (printf "nats://%s-nats.%s.svc:4222" .Release.Name .Release.Namespace) | toJson }}
+{{ list (printf "tls://%s-nats.%s.svc:4222" .Release.Name .Release.Namespace) | toJson }}
 {{- else -}}
 {{ .Values.nats.servers | toJson }}
 {{- end -}}
