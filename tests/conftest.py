@@ -115,14 +115,20 @@ async def event_bus(landscape: landscape_mod.Landscape) -> AsyncIterator[bus.Bus
 
 
 @pytest.fixture
-async def private_nats(tmp_path: Path) -> AsyncIterator[nats_mod.NatsServer]:
-    """A NATS server of the test's own (streams created, every event kept), for tests that stop and restart it."""
+async def bare_nats(tmp_path: Path) -> AsyncIterator[nats_mod.NatsServer]:
+    """A NATS server of the test's own, exactly as deployed: TLS, identities, streams, no consumer yet."""
     server = nats_mod.NatsServer(workdir=tmp_path / "nats")
     server.start()
     try:
         await asyncio.get_running_loop().run_in_executor(None, server.wait_ready)
         await server.ensure_streams()
-        await keep_every_event(server)
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+async def private_nats(bare_nats: nats_mod.NatsServer) -> nats_mod.NatsServer:
+    """A NATS server of the test's own that keeps every event, for tests that stop and restart it."""
+    await keep_every_event(bare_nats)
+    return bare_nats

@@ -3,9 +3,7 @@
 import asyncio
 import json
 import ssl
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import nats
@@ -16,9 +14,10 @@ from nats.aio.client import Client as Nats
 from nats.js import api as js_api
 
 from clients import bus
-from contract import events, ids, wire
+from contract import events, wire
 from devenv import nats as nats_mod
 
+from ..factories import configmap_event
 from ..waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -27,20 +26,7 @@ Connect = Callable[..., Awaitable[tuple[Nats, list[str]]]]
 
 
 @pytest.fixture
-async def secured(tmp_path: Path) -> AsyncIterator[nats_mod.NatsServer]:
-    """A server of the test's own, exactly as deployed: TLS, identities, streams, and no consumer yet."""
-    server = nats_mod.NatsServer(workdir=tmp_path / "nats")
-    server.start()
-    try:
-        await asyncio.get_running_loop().run_in_executor(None, server.wait_ready)
-        await server.ensure_streams()
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-async def connect(secured: nats_mod.NatsServer) -> AsyncIterator[Connect]:
+async def connect(bare_nats: nats_mod.NatsServer) -> AsyncIterator[Connect]:
     """Connect as an identity; the server's complaints (permission violations) are collected."""
     opened: list[Nats] = []
 
@@ -52,15 +38,15 @@ async def connect(secured: nats_mod.NatsServer) -> AsyncIterator[Connect]:
 
         if identity is None:
             connection = await nats.connect(
-                [secured.url],
-                tls=ssl.create_default_context(cafile=str(secured.credentials().ca_file)),
+                [bare_nats.url],
+                tls=ssl.create_default_context(cafile=str(bare_nats.credentials().ca_file)),
                 max_reconnect_attempts=0,
                 connect_timeout=2,
                 error_cb=note,
                 allow_reconnect=False,
             )
         else:
-            options = bus.connect_options([secured.url], name=identity, credentials=secured.credentials(identity))
+            options = bus.connect_options([bare_nats.url], name=identity, credentials=bare_nats.credentials(identity))
             connection = await nats.connect(**{**options, "error_cb": note})  # type: ignore[arg-type]
         opened.append(connection)
         return connection, complaints
@@ -68,26 +54,6 @@ async def connect(secured: nats_mod.NatsServer) -> AsyncIterator[Connect]:
     yield open_as
     for connection in opened:
         await connection.close()
-
-
-def event(module: str, runtime: str = "skr-1", name: str | None = None) -> events.ChangeEvent:
-    name = name or f"cm-{uuid.uuid4().hex[:6]}"
-    return events.ChangeEvent.create(
-        runtime=ids.RuntimeId(runtime),
-        module=ids.ModuleName(module),
-        target=events.WatchedObject(
-            group="",
-            version="v1",
-            resource="configmaps",
-            kind="ConfigMap",
-            namespace="default",
-            name=name,
-            uid=f"uid-{name}",
-        ),
-        resource_version="1",
-        change_type=events.ChangeType.ADDED,
-        body={"data": {}},
-    )
 
 
 async def publish_as_listener(connect: Connect, *changes: events.ChangeEvent) -> None:
@@ -113,11 +79,11 @@ async def refused(operation: Awaitable[Any], complaints: list[str], subject: str
     return True
 
 
-async def test_anonymous_and_plaintext_clients_are_refused(secured: nats_mod.NatsServer, connect: Connect) -> None:
+async def test_anonymous_and_plaintext_clients_are_refused(bare_nats: nats_mod.NatsServer, connect: Connect) -> None:
     """No identity: the connection is refused; no TLS: the connection is refused; nothing is stored."""
     with pytest.raises((nats.errors.Error, OSError)):
         await connect(None)
-    plain = secured.url.replace("tls://", "nats://")
+    plain = bare_nats.url.replace("tls://", "nats://")
     with pytest.raises((nats.errors.Error, OSError)):
         await nats.connect([plain], max_reconnect_attempts=0, allow_reconnect=False, connect_timeout=2)
     admin, _ = await connect("admin")
@@ -140,13 +106,15 @@ async def test_the_listener_may_publish_events_and_nothing_else(connect: Connect
     await eventually(lambda: any("subscription" in c.lower() for c in complaints), what="the subscription refused")
 
 
-async def test_a_team_reads_only_its_module_and_deletes_nothing(secured: nats_mod.NatsServer, connect: Connect) -> None:
+async def test_a_team_reads_only_its_module_and_deletes_nothing(
+    bare_nats: nats_mod.NatsServer, connect: Connect
+) -> None:
     """Team A's durable over module A works; module B, the unfiltered form, other names and deletes are refused."""
-    await secured.add_team("team-a", module="module-a")
+    await bare_nats.add_team("team-a", module="module-a")
     team, complaints = await connect("team-a")
     js = team.jetstream(timeout=2)
     own = await js.pull_subscribe("kyma.events.module-a.*", durable="team-a", stream=wire.STREAM_NAME)
-    mine, theirs = event("module-a"), event("module-b")
+    mine, theirs = configmap_event("module-a"), configmap_event("module-b")
     await publish_as_listener(connect, mine, theirs)
     [message] = await own.fetch(1, timeout=5)
     assert events.decode(message.data).id == mine.id
@@ -180,13 +148,13 @@ async def test_the_reconciler_uses_only_its_own_durables(connect: Connect) -> No
 
 
 async def test_once_every_consumer_acked_the_stream_holds_nothing(
-    secured: nats_mod.NatsServer, connect: Connect
+    bare_nats: nats_mod.NatsServer, connect: Connect
 ) -> None:
     """Interest retention: an event stays until each durable acked it, then it is gone; with no durable it is not kept."""
-    await publish_as_listener(connect, event("module-a", name="before-anyone-listens"))
+    await publish_as_listener(connect, configmap_event("module-a", name="before-anyone-listens"))
     admin, _ = await connect("admin")
     assert (await admin.jetstream().stream_info(wire.STREAM_NAME)).state.messages == 0
-    await secured.add_team("team-a", module="module-a")
+    await bare_nats.add_team("team-a", module="module-a")
     team, _ = await connect("team-a")
     reconciler, _ = await connect("reconciler")
     readers = [
@@ -196,7 +164,9 @@ async def test_once_every_consumer_acked_the_stream_holds_nothing(
         ),
     ]
     await publish_as_listener(
-        connect, *(event("module-a") for _ in range(3)), *(event(wire.SYNC_MODULE) for _ in range(2))
+        connect,
+        *(configmap_event("module-a") for _ in range(3)),
+        *(configmap_event(wire.SYNC_MODULE) for _ in range(2)),
     )
     assert (await admin.jetstream().stream_info(wire.STREAM_NAME)).state.messages == 5
     for reader, count in zip(readers, (3, 2), strict=True):
@@ -206,10 +176,10 @@ async def test_once_every_consumer_acked_the_stream_holds_nothing(
 
 
 async def test_a_full_stream_refuses_publishes_until_consumers_catch_up(
-    secured: nats_mod.NatsServer, connect: Connect
+    bare_nats: nats_mod.NatsServer, connect: Connect
 ) -> None:
     """At max_bytes the publisher gets StreamFullError (nothing is dropped); once acked, publishing works again."""
-    admin = await bus.Bus.connect([secured.url], name="admin", credentials=secured.credentials())
+    admin = await bus.Bus.connect([bare_nats.url], name="admin", credentials=bare_nats.credentials())
     try:
         await admin.ensure_stream(bus.EVENTS.model_copy(update={"max_bytes": 4096}))
     finally:
@@ -218,12 +188,12 @@ async def test_a_full_stream_refuses_publishes_until_consumers_catch_up(
     reader = await reconciler.jetstream().pull_subscribe(
         f"kyma.events.{wire.SYNC_MODULE}.*", durable=f"kyma-reconciler-{wire.SYNC_MODULE}", stream=wire.STREAM_NAME
     )
-    listener = await bus.Bus.connect([secured.url], name="listener", credentials=secured.credentials("listener"))
+    listener = await bus.Bus.connect([bare_nats.url], name="listener", credentials=bare_nats.credentials("listener"))
     try:
         stored = 0
         with pytest.raises(bus.StreamFullError):
             for _ in range(100):
-                change = event(wire.SYNC_MODULE)
+                change = configmap_event(wire.SYNC_MODULE)
                 await listener.publish(
                     subject=change.subject, payload=events.encode(change), msg_id=change.id, headers={}, timeout=5
                 )
@@ -231,7 +201,7 @@ async def test_a_full_stream_refuses_publishes_until_consumers_catch_up(
         assert 0 < stored < 100
         for message in await reader.fetch(stored, timeout=5):
             await message.ack_sync()
-        change = event(wire.SYNC_MODULE)
+        change = configmap_event(wire.SYNC_MODULE)
         result = await listener.publish(
             subject=change.subject, payload=events.encode(change), msg_id=change.id, headers={}, timeout=5
         )

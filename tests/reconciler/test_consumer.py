@@ -8,10 +8,11 @@ from nats.aio.client import Client as Nats
 from prometheus_client import CollectorRegistry
 
 from clients import bus
-from contract import events, ids, subjects
+from contract import events, subjects
 from devenv import landscape as landscape_mod
 from reconciler import consumer, workqueue
 
+from ..factories import configmap_event
 from ..waiting import eventually
 
 SETTINGS = consumer.ConsumerSettings(servers=(), subject="", durable="", stream="", max_deliveries=3)
@@ -35,25 +36,6 @@ def test_settlement(result: workqueue.Result | None, deliveries: int, action: co
         assert decided.delay == 7.0
 
 
-def event_for(module: str, runtime: str, name: str) -> events.ChangeEvent:
-    return events.ChangeEvent.create(
-        runtime=ids.RuntimeId(runtime),
-        module=ids.ModuleName(module),
-        target=events.WatchedObject(
-            group="",
-            version="v1",
-            resource="configmaps",
-            kind="ConfigMap",
-            namespace="default",
-            name=name,
-            uid=f"uid-{name}",
-        ),
-        resource_version="1",
-        change_type=events.ChangeType.MODIFIED,
-        body={"data": {}},
-    )
-
-
 async def publish(connection: bus.Bus, event: events.ChangeEvent, *, subject: str | None = None) -> None:
     await connection.publish(
         subject=subject or event.subject, payload=events.encode(event), msg_id=event.id, headers={}, timeout=5
@@ -66,7 +48,7 @@ async def test_a_failing_event_is_dead_lettered_while_others_flow(
 ) -> None:
     """An event that never succeeds is tried max_deliveries times, then dead-lettered; a healthy one is not held up."""
     module = f"dl-{uuid.uuid4().hex[:6]}"
-    poison, healthy = event_for(module, "skr-a", "poison"), event_for(module, "skr-b", "fine")
+    poison, healthy = configmap_event(module, "skr-a", name="poison"), configmap_event(module, "skr-b", name="fine")
     calls: dict[str, int] = {"poison": 0, "fine": 0}
     order: list[str] = []
 
@@ -122,7 +104,7 @@ async def test_an_event_on_another_runtimes_subject_is_refused(
 ) -> None:
     """A message whose subject does not match its event's runtime never reaches a handler."""
     module = f"sp-{uuid.uuid4().hex[:6]}"
-    forged = event_for(module, "skr-a", "forged")
+    forged = configmap_event(module, "skr-a", name="forged")
     handled: list[str] = []
 
     async def handler(event: events.ChangeEvent) -> workqueue.Result | None:
@@ -132,7 +114,7 @@ async def test_an_event_on_another_runtimes_subject_is_refused(
     registry = CollectorRegistry()
     metrics = consumer.ConsumerMetrics(registry)
     await publish(event_bus, forged, subject=f"kyma.events.{module}.skr-b")
-    await publish(event_bus, event_for(module, "skr-b", "genuine"))
+    await publish(event_bus, configmap_event(module, "skr-b", name="genuine"))
     settings = consumer.ConsumerSettings(
         servers=(landscape.nats.url,),
         credentials=landscape.nats.credentials(),
@@ -157,7 +139,7 @@ async def test_an_event_on_another_runtimes_subject_is_refused(
     finally:
         stop.set()
         await consuming
-    assert handled == [event_for(module, "skr-b", "genuine").id]
+    assert handled == [configmap_event(module, "skr-b", name="genuine").id]
 
 
 @pytest.mark.integration
@@ -176,7 +158,7 @@ async def test_a_reconcile_longer_than_ack_wait_is_not_redelivered(
 
     registry = CollectorRegistry()
     metrics = consumer.ConsumerMetrics(registry)
-    await publish(event_bus, event_for(module, "skr-a", "slow"))
+    await publish(event_bus, configmap_event(module, "skr-a", name="slow"))
     settings = consumer.ConsumerSettings(
         servers=(landscape.nats.url,),
         credentials=landscape.nats.credentials(),

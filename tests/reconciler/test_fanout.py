@@ -12,10 +12,11 @@ from nats.aio.client import Client as Nats
 from prometheus_client import CollectorRegistry
 
 from clients import bus
-from contract import events, ids
+from contract import events
 from devenv import landscape as landscape_mod
 from reconciler import consumer, workqueue
 
+from ..factories import configmap_event
 from ..waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -53,22 +54,7 @@ async def test_sample_subscriber_and_a_reconciler_consumer_each_get_every_event(
     )
     sent = []
     for runtime in ("skr-1", "skr-2"):
-        event = events.ChangeEvent.create(
-            runtime=ids.RuntimeId(runtime),
-            module=ids.ModuleName(module),
-            target=events.WatchedObject(
-                group="",
-                version="v1",
-                resource="configmaps",
-                kind="ConfigMap",
-                namespace="default",
-                name="cm",
-                uid=f"{runtime}-uid",
-            ),
-            resource_version="7",
-            change_type=events.ChangeType.ADDED,
-            body={"data": {}},
-        )
+        event = configmap_event(module, runtime, name="cm", resource_version="7", change_type=events.ChangeType.ADDED)
         await event_bus.publish(
             subject=event.subject, payload=events.encode(event), msg_id=event.id, headers={}, timeout=5
         )

@@ -11,9 +11,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from clients import kube
-from contract import events, ids, wire
+from contract import events, wire
 from reconciler import cli, crds, settings
 
+from ..factories import configmap_event
 from ..waiting import eventually, more_reconciles
 from .conftest import Kcp, register_runtime
 
@@ -308,20 +309,10 @@ async def test_an_event_reconciles_what_kcp_recorded_not_what_its_body_claims(
         controller = next(c for c in running.controllers if c.name == "sync_resources")
 
         def event_about(name: str) -> events.ChangeEvent:
-            return events.ChangeEvent.create(
-                runtime=ids.RuntimeId("skr-1"),
-                module=ids.ModuleName(wire.SYNC_MODULE),
-                target=events.WatchedObject(
-                    group="",
-                    version="v1",
-                    resource="configmaps",
-                    kind="ConfigMap",
-                    namespace=kcp.runtime_namespace,
-                    name=name,
-                    uid="u",
-                ),
-                resource_version="9",
-                change_type=events.ChangeType.MODIFIED,
+            return configmap_event(
+                wire.SYNC_MODULE,
+                name=name,
+                namespace=kcp.runtime_namespace,
                 body={"metadata": {"name": name, "annotations": forged}},
             )
 
