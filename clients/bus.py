@@ -206,10 +206,23 @@ class _ConnectionLog:
     def __init__(self, name: str) -> None:
         self.name = name
         self.closing = False
+        self.violations: list[str] = []
+        """The server's permission violations, newest last (it reports them only to this callback)."""
 
     async def error(self, error: Exception) -> None:
+        if "permissions violation" in str(error).lower():
+            self.violations = [*self.violations[-9:], str(error)]
+            log.error("NATS refused an operation", extra={"connection": self.name, "error": str(error)})
+            return
         # nats-py would log every failed reconnect attempt with a traceback; one line is enough.
         log.warning("NATS connection problem", extra={"connection": self.name, "error": repr(error)})
+
+    def violation_about(self, token: str) -> str | None:
+        """The latest violation on a subject with ``token`` as one of its dot-separated parts."""
+        return next(
+            (v for v in reversed(self.violations) if f".{token}." in v or f'.{token}"' in v or f".{token}'" in v),
+            None,
+        )
 
     async def disconnected(self) -> None:
         if not self.closing:
@@ -317,6 +330,11 @@ class Bus:
                 ),
             )
         except _NATS_ERRORS as exc:
+            violation = self._events.violation_about(settings.durable)
+            if violation is not None:
+                raise BusRefusedError(
+                    f"this identity may not use durable {settings.durable} on {settings.filter_subject}: {violation}"
+                ) from exc
             raise BusUnavailableError(f"cannot subscribe {settings.durable}: {exc!r}") from exc
         return PullConsumer(subscription)
 

@@ -30,7 +30,7 @@ from eventbus import layout, setup
 from observability import logs
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kyma-eventbus", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -51,8 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("--store-dir", type=Path, help="JetStream store (default DIR/jetstream)")
     init.add_argument(
         "--reconciler-modules",
-        default="kyma-sync",
-        help="comma-separated modules whose durables the reconciler may use (default kyma-sync)",
+        default="kyma-sync,cloud-manager",
+        help="comma-separated modules whose durables the reconciler may use (default kyma-sync,cloud-manager: "
+        "SyncResources and the VpcPeering mirror, as the reconciler chart runs them)",
     )
     init.add_argument(
         "--durable-prefix", default="kyma-reconciler", help="the reconciler's durables: <prefix>-<module>"
@@ -148,7 +149,7 @@ def _run(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     logs.configure(level=args.log_level)
     try:
         print(_run(args))

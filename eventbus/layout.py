@@ -51,6 +51,12 @@ class EventBusConfig(BaseModel):
         keys = [i.public_key for i in self.identities]
         if len(keys) != len(set(keys)):
             raise ValueError("two identities share a public key")
+        prefixes = [f"{i.durable_prefix}-" for i in self.identities if i.durable_prefix]
+        for team in (i for i in self.identities if i.role == identity.Role.TEAM):
+            taken = next((p for p in prefixes if team.name.startswith(p)), None)
+            if taken is not None:
+                # The team's durable is named like the team: it must never be (or become) a reconciler's.
+                raise ValueError(f"team {team.name!r} is named like a reconciler durable ({taken}...): choose another")
         return self
 
     def identity(self, name: str) -> identity.Identity:

@@ -66,8 +66,13 @@ def _with(
         raise ValueError(f"identity {name!r} exists already")
     seed = layout.seed_file(directory, name)
     public_key = identity.new_seed(seed)
-    new = identity.Identity.model_validate({"name": name, "role": role, "public_key": public_key, **fields})
-    return config.model_copy(update={"identities": (*config.identities, new)})
+    try:
+        new = identity.Identity.model_validate({"name": name, "role": role, "public_key": public_key, **fields})
+        # Validated as a whole (not model_copy): the rules across identities must hold for the new one too.
+        return layout.EventBusConfig.model_validate({**config.model_dump(), "identities": [*config.identities, new]})
+    except ValueError:
+        seed.unlink()
+        raise
 
 
 async def ensure_streams(connection: bus.Bus, streams: Sequence[bus.StreamSettings]) -> None:

@@ -4,8 +4,10 @@ import asyncio
 import dataclasses
 import random
 import signal
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Coroutine, Iterable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 async def sleep_unless(stop: asyncio.Event, seconds: float) -> bool:
@@ -34,6 +36,13 @@ class Backoff:
 
     def reset(self) -> None:
         self._next = 0.0
+
+
+async def all_of(work: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run ``work`` concurrently, results in order; one unexpected failure cancels the rest (no orphans)."""
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(each) for each in work]
+    return [task.result() for task in tasks]
 
 
 async def wait_any(*events: asyncio.Event) -> None:

@@ -76,7 +76,7 @@ async def _accept(request: web.Request, state: ListenerState, span: trace.Span) 
     if event.module not in state.settings.modules:
         raise errors.UnknownModule(f"unknown module {event.module!r}")
     if not state.settings.may_report(runtime, event.module):
-        raise errors.Forbidden(f"runtime {runtime} may not report events of module {event.module}")
+        raise errors.ModuleNotAllowed(f"runtime {runtime} may not report events of module {event.module}")
     span.set_attributes({"kyma.module": event.module, "kyma.event_id": event.id})
     headers: dict[str, str] = {}
     tracing.inject(headers)

@@ -2,11 +2,12 @@
 
 Rejected                      (status, reason, outcome label for metrics)
  ├── Unauthenticated  401     no client certificate
- ├── Forbidden        403     untrusted, revoked, expired, speaking for another runtime or another's module
+ ├── Forbidden        403     untrusted, revoked, expired, speaking for another runtime
  ├── PayloadTooLarge  413
  ├── BadRequest       400     malformed or schema-invalid JSON
  ├── UnsupportedMedia 415
  ├── UnknownModule    422
+ ├── ModuleNotAllowed 422     a module this runtime may not report (refused for good: retrying cannot help)
  ├── RateLimited      429     with Retry-After
  └── Unavailable      503     NATS cannot take it now; with Retry-After
       └── StreamFull   503     the event stream is at its limit (backpressure); with Retry-After
@@ -45,6 +46,10 @@ class UnsupportedMedia(Rejected):
 
 class UnknownModule(Rejected):
     status, outcome = 422, "unknown_module"
+
+
+class ModuleNotAllowed(Rejected):
+    status, outcome = 422, "module_not_allowed"
 
 
 class RateLimited(Rejected):

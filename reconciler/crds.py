@@ -114,13 +114,17 @@ def sync_resource_crd() -> dict[str, Any]:
                 "deleted, leave edits alone. Delete: ensure the object is gone.",
             },
             "resource": resource,
-            "subresource": {**_OBJECT, "description": "subresources to apply after the object, e.g. {status: {...}}"},
+            "subresource": {
+                **_OBJECT,
+                "description": "subresources to apply after the object: only {status: {...}} (others are an Error)",
+            },
             "adoption": {
                 "type": "string",
                 "enum": [a.value for a in model.Adoption],
                 "default": model.Adoption.NEVER.value,
                 "description": "Never: an existing object without kyma-sync's owner marker is left alone (Warning). "
-                "IfUnmanaged: take such an object over (Delete: delete it). Objects of another SyncResource never are.",
+                "IfUnmanaged: take such an object over (Delete: delete it), if a SyncBinding sets allowAdoption. "
+                "Objects of another SyncResource or another kyma-sync controller never are.",
             },
         },
     }
@@ -199,12 +203,20 @@ def sync_binding_crd() -> dict[str, Any]:
             "targetNamespaces": {
                 "type": "array",
                 "items": _string(model.DNS_LABEL, 63, "a runtime namespace"),
-                "description": "runtime namespaces objects may go to; empty: any but kube-system, kube-public, kube-node-lease",
+                "description": "runtime namespaces objects may go to (cluster-scoped objects are then refused, "
+                "except Namespaces named here); empty: any but the protected ones (kube-system, kyma-system, ...)",
             },
             "allowPrivileged": {
                 "type": "boolean",
                 "default": False,
-                "description": "allow cluster-admin-equivalent objects: CRDs, webhooks, cluster RBAC, privileged pods",
+                "description": "allow cluster-admin-equivalent objects: CRDs, webhooks, cluster RBAC, privileged pods, "
+                "protected namespaces",
+            },
+            "allowAdoption": {
+                "type": "boolean",
+                "default": False,
+                "description": "let items with adoption: IfUnmanaged take over (or delete) objects kyma-sync did not "
+                "create",
             },
         },
     }

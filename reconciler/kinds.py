@@ -55,7 +55,9 @@ class KindRule(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    group: str = Field(default="", description='API group; "" for the core group')
+    group: str = Field(
+        default="", pattern=f"^$|{_GROUP.pattern}", max_length=253, description='API group; "" for the core group'
+    )
     kind: str = Field(pattern=_KIND.pattern, description="the kind, e.g. ConfigMap (plural accepted)")
 
     def group_kind(self) -> GroupKind:

@@ -106,6 +106,13 @@ class Item(_Model):
             _check(metadata["namespace"], DNS_LABEL, what="metadata.namespace", max_length=63)
         return resource
 
+    @field_validator("subresource")
+    @classmethod
+    def _status_only(cls, subresource: dict[str, Any] | None) -> dict[str, Any] | None:
+        if subresource and set(subresource) != {"status"}:
+            raise ValueError(f"only the status subresource may be set, not {sorted(set(subresource) - {'status'})}")
+        return subresource
+
     @property
     def api_version(self) -> str:
         return str(self.resource["apiVersion"])

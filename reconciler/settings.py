@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from clients import bus, kube
 from contract import wire
 from kit import files
-from reconciler import kinds
+from reconciler import kinds, tenancy
 
 
 class _Section(BaseModel):
@@ -31,6 +31,11 @@ class SyncResourcesSettings(ControllerSettings):
         default=("v1/Secret",),
         description="kinds never synced nor deleted, as [group/][version/]Kind (e.g. v1/Secret, "
         "rbac.authorization.k8s.io/ClusterRoleBinding); matched by group and kind",
+    )
+    protected_namespaces: tuple[str, ...] = Field(
+        default=tenancy.DEFAULT_PROTECTED_NAMESPACES,
+        description="runtime namespaces only a SyncBinding with allowPrivileged (or naming them in "
+        "targetNamespaces) may write to",
     )
     max_concurrent_runtimes: int = Field(default=16, ge=1, description="runtimes one SyncResource writes to at once")
     per_runtime_concurrency: int = Field(default=8, ge=1, description="requests to one runtime at once")

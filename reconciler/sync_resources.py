@@ -28,6 +28,7 @@ import pydantic
 
 from clients import informer, kube, objects
 from contract import wire
+from kit import aio
 from reconciler import crds, kinds, model, runtime_clients, settings, sync_plan, tenancy, workqueue
 from reconciler.shared import Shared
 
@@ -76,6 +77,14 @@ class ItemOutcome:
     """Whether the object may now exist because of us (so it is recorded)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """An item's object as the runtime stores it, and where that is for the tenancy policy."""
+
+    ref: objects.Ref
+    destination: tenancy.Destination
+
+
 @dataclasses.dataclass
 class RuntimeOutcome:
     items: list[model.ItemStatus]
@@ -121,7 +130,7 @@ class SyncResourceReconciler:
             message = f"invalid spec: {_short(exc)}"
             await self._write_status(resource, state=model.State.ERROR, message=message, items=[], applied=applied)
             return workqueue.Result.refused(message)
-        policy = tenancy.policy_for(key.namespace, self._binding_specs())
+        policy = tenancy.policy_for(key.namespace, self._binding_specs(), protected=self._config.protected_namespaces)
         if not policy.bindings:
             message = f"no SyncBinding covers namespace {key.namespace}: nothing is synced"
             await self._write_status(resource, state=model.State.FORBIDDEN, message=message, items=[], applied=applied)
@@ -148,7 +157,7 @@ class SyncResourceReconciler:
                 previously = [a for a in applied if a.runtime == runtime]
                 return await self._place(owner, spec, policy, runtime, placement, previously)
 
-        outcomes = await asyncio.gather(*(bounded(r, p) for r, p in placements.items()))
+        outcomes = await aio.all_of(bounded(r, p) for r, p in placements.items())
         items = [status for outcome in outcomes for status in outcome.items]
         if spec.kyma is not None and self._shared.kyma(spec.kyma) is None:
             items += [
@@ -258,11 +267,27 @@ class SyncResourceReconciler:
             )
         labels = self._shared.labels_of(runtime)
 
-        async def one(item: model.Item) -> ItemOutcome:
+        async def one(item: model.Item) -> ItemOutcome | Resolved:
             async with handle.limit:
-                return await self._item(handle, owner, item, policy, runtime, labels)
+                return await self._resolve(handle.objects, item, runtime)
 
-        outcomes = await asyncio.gather(*(one(item) for item in items))
+        resolutions = await aio.all_of(one(item) for item in items)
+        claimed: dict[sync_plan.ObjectIdentity, str] = {}
+
+        async def act(item: model.Item, resolution: ItemOutcome | Resolved) -> ItemOutcome:
+            if isinstance(resolution, ItemOutcome):
+                return resolution
+            ref = resolution.ref
+            first = claimed.setdefault(
+                sync_plan.identity(ref.api_version, ref.kind, ref.namespace, ref.name), item.name
+            )
+            if first != item.name:
+                message = f"names the same object as item {first} ({ref}): not synced"
+                return ItemOutcome(_status(item, runtime, model.State.ERROR, message), ref)
+            async with handle.limit:
+                return await self._item(handle.objects, owner, item, resolution, policy, runtime, labels)
+
+        outcomes = await aio.all_of(act(item, r) for item, r in zip(items, resolutions, strict=True))
         wanted: set[sync_plan.ObjectIdentity] = set()
         unresolved: set[str] = set()
         records: dict[sync_plan.ObjectIdentity, model.AppliedRef] = {}
@@ -301,47 +326,55 @@ class SyncResourceReconciler:
             failing or (errors[0] if errors else None),
         )
 
-    async def _item(
-        self,
-        handle: runtime_clients.RuntimeHandle,
-        owner: Owner,
-        item: model.Item,
-        policy: tenancy.Policy,
-        runtime: str,
-        labels: dict[str, str],
-    ) -> ItemOutcome:
-        cluster = handle.objects
+    async def _resolve(
+        self, cluster: objects.ClusterObjects, item: model.Item, runtime: str
+    ) -> "ItemOutcome | Resolved":
+        """Where the item's object lives in this runtime, or why it cannot be synced (restricted, unknown kind)."""
         try:
             resource = await cluster.resource(item.api_version, item.kind)
+            ref = await cluster.normalise(objects.Ref.of(item.resource))
         except objects.UnknownKindError as exc:
             return ItemOutcome(_status(item, runtime, model.State.ERROR, str(exc)))
         except kube.KubeError as exc:
             return ItemOutcome(_status(item, runtime, model.State.ERROR, _describe(exc)))
         names = (resource.gvr.resource, resource.singular)
-        resolved = await cluster.normalise(objects.Ref.of(item.resource))
         restricted = next((r for r in self._restricted if r.matches(item.group, item.kind, *names)), None)
         if restricted is not None:
             message = f"{item.kind} is a restricted kind ({restricted}) and is never synced nor deleted"
-            return ItemOutcome(_status(item, runtime, model.State.WARNING, message), resolved)
-        refusal = policy.refusal(item, labels=labels, names=names)
+            return ItemOutcome(_status(item, runtime, model.State.WARNING, message), ref)
+        return Resolved(ref, tenancy.Destination(ref.namespace, names))
+
+    async def _item(
+        self,
+        cluster: objects.ClusterObjects,
+        owner: Owner,
+        item: model.Item,
+        resolved: "Resolved",
+        policy: tenancy.Policy,
+        runtime: str,
+        labels: dict[str, str],
+    ) -> ItemOutcome:
+        ref = resolved.ref
+        refusal = policy.refusal(item, resolved.destination, labels=labels)
         if refusal is not None:
-            return ItemOutcome(_status(item, runtime, model.State.FORBIDDEN, refusal), resolved)
+            return ItemOutcome(_status(item, runtime, model.State.FORBIDDEN, refusal), ref)
+        adoptable = policy.allows_adoption(item, resolved.destination, labels=labels)
         try:
             if item.strategy == model.Strategy.DELETE:
-                state, message = await self._delete_item(cluster, owner, item, resolved)
-                return ItemOutcome(_status(item, runtime, state, message), resolved)
-            state, message, record = await self._apply_item(cluster, owner, item, resolved)
-            return ItemOutcome(_status(item, runtime, state, message), resolved, record)
+                state, message = await self._delete_item(cluster, owner, item, ref, adoptable=adoptable)
+                return ItemOutcome(_status(item, runtime, state, message), ref)
+            state, message, record = await self._apply_item(cluster, owner, item, ref, adoptable=adoptable)
+            return ItemOutcome(_status(item, runtime, state, message), ref, record)
         except kube.KubeError as exc:
             # The write may or may not have happened: record it, the marker decides later.
             return ItemOutcome(
                 _status(item, runtime, model.State.ERROR, _describe(exc)),
-                resolved,
+                ref,
                 record=item.strategy != model.Strategy.DELETE,
             )
 
     async def _apply_item(
-        self, cluster: objects.ClusterObjects, owner: Owner, item: model.Item, ref: objects.Ref
+        self, cluster: objects.ClusterObjects, owner: Owner, item: model.Item, ref: objects.Ref, *, adoptable: bool
     ) -> tuple[model.State, str, bool]:
         """(state, message, whether the object is ours now)"""
         body = _marked(item, owner)
@@ -363,12 +396,10 @@ class SyncResourceReconciler:
         if holder is not None and holder != owner.uid:
             source = (live["metadata"].get("annotations") or {}).get(wire.SOURCE_ANNOTATION, holder)
             return model.State.CONFLICT, f"managed by SyncResource {source}", False
-        if holder is None and item.adoption != model.Adoption.IF_UNMANAGED:
-            return (
-                model.State.WARNING,
-                "exists, not managed by kyma-sync: left alone (set adoption: IfUnmanaged to take it over)",
-                False,
-            )
+        if holder is None:
+            refusal = _adoption_refusal(item, live, adoptable=adoptable)
+            if refusal is not None:
+                return model.State.WARNING, f"{refusal}: left alone", False
         if holder is not None and item.strategy == model.Strategy.CREATE_AND_IGNORE:
             return model.State.READY, "", True
         body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
@@ -389,7 +420,7 @@ class SyncResourceReconciler:
             )
 
     async def _delete_item(
-        self, cluster: objects.ClusterObjects, owner: Owner, item: model.Item, ref: objects.Ref
+        self, cluster: objects.ClusterObjects, owner: Owner, item: model.Item, ref: objects.Ref, *, adoptable: bool
     ) -> tuple[model.State, str]:
         live = await cluster.get(ref)
         if live is None:
@@ -397,11 +428,10 @@ class SyncResourceReconciler:
         holder = marker_uid(live)
         if holder is not None and holder != owner.uid:
             return model.State.CONFLICT, "managed by another SyncResource: not deleted"
-        if holder is None and item.adoption != model.Adoption.IF_UNMANAGED:
-            return (
-                model.State.WARNING,
-                "exists, not managed by kyma-sync: not deleted (set adoption: IfUnmanaged to delete it)",
-            )
+        if holder is None:
+            refusal = _adoption_refusal(item, live, adoptable=adoptable)
+            if refusal is not None:
+                return model.State.WARNING, f"{refusal}: not deleted"
         if not live["metadata"].get("deletionTimestamp"):
             await cluster.delete(ref, preconditions=_as_seen(live))
             if await cluster.get(ref) is None:
@@ -551,6 +581,17 @@ class SyncResourceReconciler:
 
 def _status(item: model.Item, runtime: str, state: model.State, message: str = "") -> model.ItemStatus:
     return model.ItemStatus(name=item.name, runtime=runtime, state=state, message=message)
+
+
+def _adoption_refusal(item: model.Item, live: dict[str, Any], *, adoptable: bool) -> str | None:
+    """Why an existing object without an owner marker may not be taken over (or deleted) by ``item``, or None."""
+    if ((live["metadata"].get("labels") or {}).get(wire.SYNCED_LABEL)) is not None:
+        return "exists, written by another kyma-sync controller"
+    if item.adoption != model.Adoption.IF_UNMANAGED:
+        return "exists, not managed by kyma-sync (adoption: IfUnmanaged would take it over)"
+    if not adoptable:
+        return "exists, not managed by kyma-sync, and no SyncBinding allows adoption (allowAdoption)"
+    return None
 
 
 def _marked(item: model.Item, owner: Owner) -> dict[str, Any]:

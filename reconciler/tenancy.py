@@ -4,10 +4,21 @@ A SyncBinding is cluster-scoped (so only a KCP administrator, not a tenant, can 
 OCM's ManagedClusterSetBinding is guarded) and names the KCP namespaces it covers, the runtimes
 they may target (a selector over Kyma labels) and what they may put there. A namespace no
 binding covers targets nothing. Cluster-admin-equivalent objects — CRDs, admission webhooks
-and policies, API services, cluster-wide RBAC, bindings to ClusterRoles, roles that grant
-escalate/bind/impersonate or wildcards, pods (in any workload) that would escape their
-sandbox — and the runtime's system namespaces are refused unless a binding allows privileged
-objects. Pure: the reconciler asks, this module answers with a reason or None.
+and policies, API services, cluster-wide RBAC, bindings to ClusterRoles, roles that reach
+secrets, exec, tokens or grant escalate/bind/impersonate or wildcards, node- and
+cluster-wide scheduling, storage and API-priority objects, Services with external IPs,
+namespaces labelled privileged, pods (in any workload) that would escape their sandbox — and
+the runtime's protected namespaces are refused unless a binding allows privileged objects.
+
+A binding with ``targetNamespaces`` confines its namespaces there: cluster-scoped objects are
+refused (a Namespace named in the list excepted), and an object without a namespace counts as
+in ``default``, where the apiserver puts it. Taking over objects that exist without our marker
+(an item's ``adoption: IfUnmanaged``) needs a binding that says ``allowAdoption``, since a
+tenant could otherwise claim — and later delete — anything it can name.
+
+The pod classifier knows the built-in workload kinds; custom kinds that embed pod templates are
+not inspected, which is why bindings for untrusted namespaces should list ``kinds``.
+Pure: the reconciler asks, this module answers with a reason or None.
 """
 
 import dataclasses
@@ -19,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from reconciler import kinds as kind_names
 from reconciler import model
 
-SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+DEFAULT_PROTECTED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "kyma-system", "istio-system")
 
 _RBAC = "rbac.authorization.k8s.io"
 _ALWAYS_PRIVILEGED = frozenset(
@@ -36,9 +47,35 @@ _ALWAYS_PRIVILEGED = frozenset(
         (_RBAC, "ClusterRole"),
         (_RBAC, "ClusterRoleBinding"),
         ("", "Node"),
+        ("", "PersistentVolume"),
+        ("scheduling.k8s.io", "PriorityClass"),
+        ("node.k8s.io", "RuntimeClass"),
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+        ("storage.k8s.io", "StorageClass"),
+        ("storage.k8s.io", "CSIDriver"),
     }
 )
 _ESCALATING_VERBS = frozenset({"*", "escalate", "bind", "impersonate"})
+_SENSITIVE_RESOURCES = frozenset(
+    {"*", "secrets", "pods/exec", "pods/attach", "pods/portforward", "serviceaccounts/token", "nodes/proxy"}
+)
+_SAFE_SYSCTLS = frozenset(
+    {
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+    }
+)
+_CONTAINER_SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t"})
+_PRIVILEGED_POD_SECURITY = frozenset({"pod-security.kubernetes.io/enforce", "pod-security.kubernetes.io/warn"})
 _BASELINE_CAPABILITIES = frozenset(
     {
         "AUDIT_WRITE",
@@ -67,6 +104,21 @@ def _at(obj: Any, path: tuple[str, ...]) -> Any:
     return obj
 
 
+def _sandbox_reason(context: dict[str, Any], who: str) -> str | None:
+    """What in a pod's or container's securityContext leaves the baseline Pod Security sandbox."""
+    for profile in ("seccompProfile", "appArmorProfile"):
+        if (_at(context, (profile, "type")) or "") == "Unconfined":
+            return f"{who} runs without {profile.removesuffix('Profile')}"
+    if _at(context, ("windowsOptions", "hostProcess")) is True:
+        return f"{who} is a Windows host process"
+    selinux = context.get("seLinuxOptions") or {}
+    if isinstance(selinux, dict) and (
+        selinux.get("user") or selinux.get("role") or (selinux.get("type") or "") not in _CONTAINER_SELINUX_TYPES
+    ):
+        return f"{who} sets SELinux options beyond the container types"
+    return None
+
+
 def _pod_spec_reason(spec: dict[str, Any]) -> str | None:
     for field in ("hostNetwork", "hostPID", "hostIPC"):
         if spec.get(field) is True:
@@ -74,10 +126,13 @@ def _pod_spec_reason(spec: dict[str, Any]) -> str | None:
     if any(isinstance(v, dict) and "hostPath" in v for v in spec.get("volumes") or []):
         return "pod mounts a hostPath volume"
     pod_context = spec.get("securityContext") or {}
-    if (_at(pod_context, ("seccompProfile", "type")) or "") == "Unconfined":
-        return "pod runs without seccomp"
-    if _at(pod_context, ("windowsOptions", "hostProcess")) is True:
-        return "pod is a Windows host process"
+    reason = _sandbox_reason(pod_context, "pod") if isinstance(pod_context, dict) else None
+    if reason:
+        return reason
+    sysctls = pod_context.get("sysctls") or [] if isinstance(pod_context, dict) else []
+    unsafe = sorted(str(s.get("name")) for s in sysctls if isinstance(s, dict) and s.get("name") not in _SAFE_SYSCTLS)
+    if unsafe:
+        return f"pod sets unsafe sysctls {unsafe}"
     for group in ("containers", "initContainers", "ephemeralContainers"):
         for container in spec.get(group) or []:
             if not isinstance(container, dict):
@@ -89,10 +144,9 @@ def _pod_spec_reason(spec: dict[str, Any]) -> str | None:
             added = set(_at(context, ("capabilities", "add")) or []) - _BASELINE_CAPABILITIES
             if added:
                 return f"container {name} adds capabilities {sorted(added)}"
-            if (_at(context, ("seccompProfile", "type")) or "") == "Unconfined":
-                return f"container {name} runs without seccomp"
-            if _at(context, ("windowsOptions", "hostProcess")) is True:
-                return f"container {name} is a Windows host process"
+            reason = _sandbox_reason(context, f"container {name}")
+            if reason:
+                return reason
             if context.get("procMount") not in (None, "Default"):
                 return f"container {name} unmasks /proc"
             if any(isinstance(p, dict) and p.get("hostPort") for p in container.get("ports") or []):
@@ -110,8 +164,16 @@ def privileged_reason(resource: dict[str, Any], *, group: str, kind: str) -> str
         for rule in resource.get("rules") or []:
             if not isinstance(rule, dict):
                 continue
-            if _ESCALATING_VERBS & set(rule.get("verbs") or []) or "*" in (rule.get("resources") or []):
-                return "a Role granting wildcard, escalate, bind or impersonate"
+            if _ESCALATING_VERBS & set(rule.get("verbs") or []) or _SENSITIVE_RESOURCES & set(
+                rule.get("resources") or []
+            ):
+                return "a Role granting wildcards, escalate, bind, impersonate, secrets, exec or tokens"
+    if group == "" and kind == "Service" and _at(resource, ("spec", "externalIPs")):
+        return "a Service with externalIPs (can intercept any address's traffic)"
+    if group == "" and kind == "Namespace":
+        labels = _at(resource, ("metadata", "labels")) or {}
+        if any(labels.get(label) == "privileged" for label in _PRIVILEGED_POD_SECURITY):
+            return "a Namespace that admits privileged pods"
     for path in _POD_SPEC_PATHS:
         spec = _at(resource, path)
         if isinstance(spec, dict) and isinstance(spec.get("containers"), list):
@@ -119,6 +181,16 @@ def privileged_reason(resource: dict[str, Any], *, group: str, kind: str) -> str
             if reason:
                 return reason
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Destination:
+    """Where an item's object lands in a runtime, as the runtime's discovery says."""
+
+    namespace: str | None
+    """The namespace it is stored in (``default`` when a namespaced item names none); None: cluster-scoped."""
+    names: tuple[str, ...] = ()
+    """What the runtime calls the kind besides its kind: plural and singular resource names."""
 
 
 class BindingSpec(BaseModel):
@@ -137,23 +209,33 @@ class BindingSpec(BaseModel):
     target_namespaces: tuple[str, ...] = Field(
         default=(),
         alias="targetNamespaces",
-        description="runtime namespaces objects may go to; empty: any but kube-system, kube-public, kube-node-lease",
+        description="runtime namespaces objects may go to (cluster-scoped objects are then refused); "
+        "empty: any namespace but the protected ones",
     )
     allow_privileged: bool = Field(default=False, alias="allowPrivileged")
+    allow_adoption: bool = Field(
+        default=False, alias="allowAdoption", description="items may take over objects kyma-sync did not create"
+    )
 
-    def refusal(self, item: model.Item, *, names: Iterable[str]) -> str | None:
-        """Why this binding does not admit ``item`` (known in the runtime by ``names``), or None."""
-        names = (item.kind, *names)
+    def refusal(self, item: model.Item, destination: Destination, *, protected: frozenset[str]) -> str | None:
+        """Why this binding does not admit ``item`` at ``destination``, or None."""
+        names = (item.kind, *destination.names)
         if self.kinds and not any(rule.group_kind().matches(item.group, *names) for rule in self.kinds):
             return f"{item.kind} is not among the kinds the SyncBinding allows"
         if any(rule.group_kind().matches(item.group, *names) for rule in self.denied_kinds):
             return f"{item.kind} is denied by the SyncBinding"
-        namespace = item.namespace
-        if namespace is not None:
-            if self.target_namespaces and namespace not in self.target_namespaces:
+        namespace = destination.namespace
+        if namespace is None:
+            is_namespace = (item.group, item.kind) == ("", "Namespace")
+            if self.target_namespaces and not (is_namespace and item.object_name in self.target_namespaces):
+                return f"cluster-scoped {item.kind} cannot be confined to the SyncBinding's target namespaces"
+            if is_namespace and item.object_name in protected and not self.allow_privileged:
+                return f"namespace {item.object_name} is protected"
+        elif self.target_namespaces:
+            if namespace not in self.target_namespaces:
                 return f"namespace {namespace} is not among the SyncBinding's target namespaces"
-            if not self.target_namespaces and namespace in SYSTEM_NAMESPACES and not self.allow_privileged:
-                return f"namespace {namespace} is a system namespace"
+        elif namespace in protected and not self.allow_privileged:
+            return f"namespace {namespace} is protected"
         if not self.allow_privileged:
             reason = privileged_reason(item.resource, group=item.group, kind=item.kind)
             if reason:
@@ -167,19 +249,30 @@ class Policy:
 
     namespace: str
     bindings: tuple[BindingSpec, ...]
+    protected: frozenset[str] = frozenset(DEFAULT_PROTECTED_NAMESPACES)
 
     def admits_runtime(self, labels: dict[str, str]) -> bool:
         return any(b.runtime_selector.matches(labels) for b in self.bindings)
 
-    def refusal(self, item: model.Item, *, labels: dict[str, str], names: Iterable[str] = ()) -> str | None:
-        """Why no binding admits ``item`` into a runtime with ``labels``, or None when one does."""
+    def refusal(self, item: model.Item, destination: Destination, *, labels: dict[str, str]) -> str | None:
+        """Why no binding admits ``item`` at ``destination`` in a runtime with ``labels``, or None when one does."""
         applicable = [b for b in self.bindings if b.runtime_selector.matches(labels)]
         if not applicable:
             return f"no SyncBinding lets namespace {self.namespace} target this runtime"
-        names = tuple(names)
-        reasons = [b.refusal(item, names=names) for b in applicable]
+        reasons = [b.refusal(item, destination, protected=self.protected) for b in applicable]
         return None if None in reasons else str(reasons[0])
 
+    def allows_adoption(self, item: model.Item, destination: Destination, *, labels: dict[str, str]) -> bool:
+        """Whether a binding that admits ``item`` there also lets it take over an unmanaged object."""
+        return any(
+            b.allow_adoption
+            and b.runtime_selector.matches(labels)
+            and b.refusal(item, destination, protected=self.protected) is None
+            for b in self.bindings
+        )
 
-def policy_for(namespace: str, bindings: Iterable[BindingSpec]) -> Policy:
-    return Policy(namespace, tuple(b for b in bindings if namespace in b.namespaces))
+
+def policy_for(
+    namespace: str, bindings: Iterable[BindingSpec], *, protected: Iterable[str] = DEFAULT_PROTECTED_NAMESPACES
+) -> Policy:
+    return Policy(namespace, tuple(b for b in bindings if namespace in b.namespaces), frozenset(protected))

@@ -6,6 +6,8 @@ fires and forgets. A key added while it is being reconciled runs once more after
 reconcile comes back after a per-key exponential backoff with jitter (the queue is the one
 owner of retries; a message about a failing key is nak'ed with the same delay); a terminal
 failure is not retried until something triggers the key again; a success resets the backoff.
+A key that asks to come back (``requeue_after``, e.g. an object still being deleted) comes back
+after that long, doubling each time it asks again, up to a minute.
 Each reconcile runs under a timeout and a catch-all guard.
 
 Stopping is bounded: no new key is started, running reconciles get ``grace`` seconds to
@@ -52,6 +54,7 @@ class Result:
 
 Reconcile = Callable[[K], Awaitable[Result]]
 
+_LONGEST_WAIT = 60.0
 _STOPPED = Result.failed("the reconciler stopped before this key was reconciled")
 
 
@@ -112,6 +115,7 @@ class WorkQueue(Generic[K]):
         self._waiters: dict[K, list[asyncio.Future[Result]]] = {}
         self._timers: dict[K, asyncio.TimerHandle] = {}
         self._failures: dict[K, int] = {}
+        self._waits: dict[K, int] = {}
         self._wake = asyncio.Event()
         self._stopping = False
         self.peak_running = 0
@@ -218,14 +222,24 @@ class WorkQueue(Generic[K]):
     def _settled(self, key: K, result: Result) -> None:
         if result.ok or result.terminal:
             self._failures.pop(key, None)
-        if key in self._again:
+        if result.requeue_after is None or not result.ok:
+            self._waits.pop(key, None)
+        if not result.ok and not result.terminal:
+            # A trigger that came during a failing run is served by the retry: a key that keeps failing
+            # while events about it keep coming must not spin.
             self._again.discard(key)
-            self._make_ready(key)
-        elif not result.ok and not result.terminal:
             self._retries.inc()
             self._schedule(key, self._backoff(key))
+        elif key in self._again:
+            self._again.discard(key)
+            self._make_ready(key)
         elif result.requeue_after is not None:
-            self._schedule(key, result.requeue_after)
+            self._schedule(key, self._patience(key, result.requeue_after))
+
+    def _patience(self, key: K, wait: float) -> float:
+        """A key that keeps asking to come back (an object stuck in deletion) is looked at less and less often."""
+        waits = self._waits[key] = self._waits.get(key, 0) + 1
+        return float(min(wait * 2.0 ** min(waits - 1, 16), max(wait, _LONGEST_WAIT)))
 
     def _backoff(self, key: K) -> float:
         failures = self._failures[key] = self._failures.get(key, 0) + 1

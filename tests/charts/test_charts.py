@@ -12,6 +12,7 @@ from clients import kube, objects
 from contract import wire
 from devenv import nats as nats_mod
 from devenv import testbin
+from eventbus import cli as eventbus_cli
 from eventbus import layout, setup
 from listener import settings as listener_settings
 from reconciler import crds
@@ -206,3 +207,20 @@ async def test_rendered_objects_are_accepted_by_a_real_apiserver(
     )
     for doc in docs:
         await cluster.apply(doc, dry_run=True)
+
+
+def test_default_values_route_every_watched_module_end_to_end(helm: Path) -> None:
+    """Out of the box, each module a watcher reports is one the listener lets a runtime report and one the
+    reconciler consumes (and `kyma-eventbus init` grants it): otherwise its events are refused or never read."""
+    watcher = watcher_config.WatcherConfig.model_validate(embedded(render(helm, "kyma-watcher"), "watcher.yaml"))
+    listener = listener_settings.ListenerSettings.model_validate(
+        embedded(render(helm, "kyma-listener"), "listener.yaml")
+    )
+    reconciler = reconciler_settings.ReconcilerSettings.model_validate(
+        embedded(render(helm, "kyma-reconciler", namespace="kcp-system"), "reconciler.yaml")
+    )
+    reported = {w.module for w in watcher.watches}
+    consumed = {wire.SYNC_MODULE} | {k.module for k in reconciler.mirror.kinds}
+    granted = set(eventbus_cli.parser().parse_args(["init", "d", "--host", "h"]).reconciler_modules.split(","))
+    assert reported <= set(listener.default_runtime_modules) <= set(listener.modules)
+    assert reported <= consumed <= granted

@@ -12,10 +12,12 @@ import nats.js.errors
 import pytest
 from nats.aio.client import Client as Nats
 from nats.js import api as js_api
+from prometheus_client import CollectorRegistry
 
 from clients import bus
 from contract import events, wire
 from devenv import nats as nats_mod
+from reconciler import consumer
 
 from ..factories import configmap_event
 from ..waiting import eventually
@@ -145,6 +147,29 @@ async def test_the_reconciler_uses_only_its_own_durables(connect: Connect) -> No
     )
     assert await refused(other_module, complaints, "kyma.events.other")
     assert await refused(js.add_stream(name="ROGUE", subjects=["rogue.>"]), complaints, "STREAM.CREATE.ROGUE")
+
+
+async def test_a_reconciler_denied_its_durable_stops_with_the_reason(bare_nats: nats_mod.NatsServer) -> None:
+    """A module the reconciler identity was not granted is a configuration error, not an outage: consume() stops
+    with BusRefusedError naming the durable, instead of reconnecting forever."""
+    settings = consumer.ConsumerSettings(
+        servers=(bare_nats.url,),
+        subject="kyma.events.not-granted.*",
+        durable="kyma-reconciler-not-granted",
+        stream=wire.STREAM_NAME,
+        credentials=bare_nats.credentials("reconciler"),
+    )
+
+    async def handler(event: events.ChangeEvent) -> None:
+        raise AssertionError("nothing can be delivered")
+
+    with pytest.raises(bus.BusRefusedError, match="kyma-reconciler-not-granted"):
+        await asyncio.wait_for(
+            consumer.consume(
+                settings, handler, metrics=consumer.ConsumerMetrics(CollectorRegistry()), stop=asyncio.Event()
+            ),
+            timeout=30,
+        )
 
 
 async def test_once_every_consumer_acked_the_stream_holds_nothing(

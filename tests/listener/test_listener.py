@@ -400,7 +400,8 @@ async def test_a_full_stream_is_backpressure_503_with_retry_after_then_recovers(
 async def test_a_runtime_may_report_only_its_modules(
     landscape: landscape_mod.Landscape, listener_config: ConfigFactory, runtime_pki: Pki
 ) -> None:
-    """skr-1 runs cloud-manager, skr-2 does not: skr-2's cloud-manager event is refused with 403."""
+    """skr-1 runs cloud-manager, skr-2 does not: skr-2's cloud-manager event is refused with 422, a status the
+    watcher treats as final (a 403 would be retried forever, since a renewed certificate can cure a 403)."""
     config = listener_config(
         landscape.nats,
         modules=["kyma-sync", "cloud-manager"],
@@ -420,4 +421,4 @@ async def test_a_runtime_may_report_only_its_modules(
             events.encode(make_event(uid="injected", runtime="skr-2", module="cloud-manager")),
         )
     assert allowed.status == 202
-    assert injected.status == 403 and "may not report" in injected.body["error"]
+    assert injected.status == 422 and "may not report" in injected.body["error"]

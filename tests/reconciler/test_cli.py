@@ -54,6 +54,39 @@ def test_invalid_configuration_exits_2(tmp_path: Path) -> None:
     assert result.returncode == 2 and "sync_resources.workers" in result.stderr
 
 
+async def test_a_durable_nats_does_not_grant_ends_the_process_with_the_reason(
+    landscape: landscape_mod.Landscape, kcp: Kcp, tmp_path: Path
+) -> None:
+    """The reconciler identity asked to use durables it was not granted: exit 1 naming them, not a silent retry loop."""
+    credentials = landscape.nats.credentials("reconciler")
+    config = tmp_path / "reconciler.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "management_port": net.free_port(),
+                "sync_resources": {"namespace": kcp.namespace},
+                "mirror": {"enabled": False},
+                "nats": {
+                    "servers": [landscape.nats.url],
+                    "credentials": credentials.model_dump(mode="json", exclude_none=True),
+                    "durable_prefix": "not-granted",
+                },
+            }
+        )
+    )
+    process = await asyncio.create_subprocess_exec(
+        *reconciler_command(landscape, config), stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 1
+    assert "NATS refused us" in stderr.decode() and "not-granted-kyma-sync" in stderr.decode()
+
+
 async def test_sigterm_under_a_backlog_of_failing_keys_exits_within_the_grace_period(
     landscape: landscape_mod.Landscape, kcp: Kcp, tmp_path: Path
 ) -> None:
@@ -103,8 +136,8 @@ async def test_sigterm_under_a_backlog_of_failing_keys_exits_within_the_grace_pe
     assert code == 0
 
 
-async def start_reconciler(landscape: landscape_mod.Landscape, config: Path) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
+def reconciler_command(landscape: landscape_mod.Landscape, config: Path) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "reconciler.cli",
@@ -114,4 +147,8 @@ async def start_reconciler(landscape: landscape_mod.Landscape, config: Path) -> 
         str(landscape.kcp.admin_kubeconfig_path),
         "--log-level",
         "WARNING",
-    )
+    ]
+
+
+async def start_reconciler(landscape: landscape_mod.Landscape, config: Path) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(*reconciler_command(landscape, config))

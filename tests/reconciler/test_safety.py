@@ -16,7 +16,7 @@ from reconciler import cli, crds, settings
 
 from ..factories import configmap_event
 from ..waiting import eventually, more_reconciles
-from .conftest import Kcp, register_runtime
+from .conftest import Kcp, bind, register_runtime
 
 pytestmark = pytest.mark.integration
 
@@ -243,6 +243,81 @@ async def test_a_namespace_without_a_binding_applies_nothing(kcp: Kcp, run_contr
         assert await kube.get_or_none(kcp.skrs[runtime], f"/api/v1/namespaces/kube-system/pods/evil-{tenant}") is None
     events = await kube.request(kcp.api, "GET", kube.EVENTS.path(tenant))
     assert any(e["involvedObject"]["name"] == "escalate" and e["type"] == "Warning" for e in events["items"])
+
+
+async def test_adoption_is_the_bindings_decision_not_the_tenants(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """``adoption: IfUnmanaged`` takes over a user's object only once a SyncBinding sets allowAdoption; an object
+    another kyma-sync controller wrote (our label, no owner marker) is never taken over."""
+    for name, labels in (("users-cm", {}), ("controllers-cm", {wire.SYNCED_LABEL: wire.SYNCED_VALUE})):
+        await kube.request(
+            kcp.skrs["skr-1"],
+            "POST",
+            kube.CONFIGMAPS.path(kcp.runtime_namespace),
+            body={"metadata": {"name": name, "labels": labels}, "data": {"mine": "yes"}},
+        )
+    items = [
+        {**kcp.configmap("users-cm", {"k": "taken"}), "adoption": "IfUnmanaged"},
+        {**kcp.configmap("controllers-cm", {"k": "taken"}), "adoption": "IfUnmanaged"},
+    ]
+    async with run_controller():
+        await kcp.create("adopt", {"kyma": "skr-1", "items": items})
+        await eventually(lambda: _state_is(kcp, "adopt", "Warning"), what="Warning")
+        assert (await kcp.configmap_in("skr-1", "users-cm") or {}).get("data") == {"mine": "yes"}
+        status = (await kcp.get("adopt") or {})["status"]
+        assert all("allowAdoption" in i["message"] or "another kyma-sync" in i["message"] for i in status["items"])
+
+        await bind(kcp.api, kcp.namespace, allowAdoption=True)
+
+        async def users_cm_taken() -> bool:
+            data = (await kcp.configmap_in("skr-1", "users-cm") or {}).get("data") or {}
+            return data.get("k") == "taken"  # applied server-side: the user's own key stays
+
+        await eventually(users_cm_taken, what="the user's ConfigMap adopted")
+    assert (await kcp.configmap_in("skr-1", "controllers-cm") or {}).get("data") == {"mine": "yes"}
+    states = {i["name"]: (i["state"], i["message"]) for i in (await kcp.get("adopt") or {})["status"]["items"]}
+    assert states["controllers-cm"][0] == "Warning" and "another kyma-sync controller" in states["controllers-cm"][1]
+    assert states["users-cm"][0] == "Ready"
+
+
+async def test_an_item_without_a_namespace_is_held_to_where_it_lands(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """With targetNamespaces, a namespaced item naming no namespace lands in ``default`` and is refused; a
+    cluster-scoped object is refused; and two items naming one object (namespace given or implied) are an Error."""
+    await bind(kcp.api, kcp.namespace, targetNamespaces=[kcp.runtime_namespace])
+    name = f"implied-{uuid.uuid4().hex[:6]}"
+
+    def configmap(item: str, metadata: dict[str, str]) -> dict[str, Any]:
+        resource = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {}}
+        return {"name": item, "strategy": "CreateAndSync", "resource": resource}
+
+    implied = configmap("implied", {"name": name})
+    cluster_scoped = {
+        "name": "cluster-scoped",
+        "strategy": "CreateAndSync",
+        "resource": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+    }
+    async with run_controller():
+        await kcp.create("escape", {"kyma": "skr-1", "items": [implied, cluster_scoped]})
+        await eventually(lambda: _state_is(kcp, "escape", "Forbidden"), what="Forbidden")
+        status = (await kcp.get("escape") or {})["status"]
+        messages = {i["name"]: i["message"] for i in status["items"]}
+        assert "namespace default is not among" in messages["implied"]
+        assert "cluster-scoped Namespace" in messages["cluster-scoped"]
+        await kube.request(kcp.api, "DELETE", kcp.path("escape"))
+        await eventually(lambda: _gone(kcp, "escape"), what="deleted")
+
+        await bind(kcp.api, kcp.namespace)
+        explicit = configmap("explicit", {"name": name, "namespace": "default"})
+        await kcp.create("twice", {"kyma": "skr-1", "items": [implied, explicit]})
+        await eventually(lambda: _state_is(kcp, "twice", "Error"), what="Error")
+        states = {i["name"]: i for i in (await kcp.get("twice") or {})["status"]["items"]}
+        assert states["explicit"]["state"] == "Error" and "same object as item implied" in states["explicit"]["message"]
+        assert states["implied"]["state"] == "Ready"
+        await kube.request(kcp.api, "DELETE", kcp.path("twice"))
+        await eventually(lambda: _gone(kcp, "twice"), what="deleted")
+    assert await kube.get_or_none(kcp.skrs["skr-1"], f"/api/v1/namespaces/{name}") is None
+    assert await kube.get_or_none(kcp.skrs["skr-1"], kube.CONFIGMAPS.object_path("default", name)) is None
 
 
 async def test_a_deprovisioned_runtime_lets_the_sync_resource_finish(

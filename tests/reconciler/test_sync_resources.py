@@ -16,7 +16,7 @@ from pki import kubeconfigs, pki
 from reconciler import crds
 
 from ..waiting import eventually, more_reconciles
-from .conftest import Kcp, label_kyma, register_runtime
+from .conftest import Kcp, bind, label_kyma, register_runtime
 
 pytestmark = pytest.mark.integration
 
@@ -97,7 +97,7 @@ async def test_create_and_ignore_keeps_user_edits_but_recreates(kcp: Kcp, run_co
 
 
 async def test_delete_strategy_removes_and_not_found_is_success(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
-    """Delete: an unmanaged object goes only with adoption IfUnmanaged; one that never existed is Ready too."""
+    """Delete: an unmanaged object goes only with adoption IfUnmanaged (the binding allowing it); one that never existed is Ready too."""
     for name in ("doomed", "spared"):
         await kube.request(
             kcp.skrs["skr-1"],
@@ -106,6 +106,7 @@ async def test_delete_strategy_removes_and_not_found_is_success(kcp: Kcp, run_co
             body={"metadata": {"name": name}, "data": {"a": "b"}},
         )
     doomed = {**kcp.configmap("doomed", {}, "Delete"), "adoption": "IfUnmanaged"}
+    await bind(kcp.api, kcp.namespace, allowAdoption=True)
     async with run_controller():
         await kcp.create(
             "delete",

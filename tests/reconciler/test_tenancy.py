@@ -29,6 +29,15 @@ def deployment(container: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def where(resource: dict[str, Any], *names: str) -> tenancy.Destination:
+    """As the runtime would store it: these tests name the namespace of every namespaced object."""
+    return tenancy.Destination(resource["metadata"].get("namespace"), names)
+
+
+def refusal(policy: tenancy.Policy, resource: dict[str, Any], *names: str, **labels: str) -> str | None:
+    return policy.refusal(item(resource), where(resource, *names), labels=labels)
+
+
 def binding(**spec: Any) -> tenancy.BindingSpec:
     return tenancy.BindingSpec.model_validate({"namespaces": ["team-a"], "runtimeSelector": {}, **spec})
 
@@ -93,13 +102,62 @@ CONFIGMAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", 
             id="webhook",
         ),
         pytest.param({**CONFIGMAP, "metadata": {"name": "c", "namespace": "kube-system"}}, id="system-namespace"),
+        pytest.param({**CONFIGMAP, "metadata": {"name": "c", "namespace": "kyma-system"}}, id="kyma-system"),
+        pytest.param({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}, id="ns-object"),
+        pytest.param(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": "apps", "labels": {"pod-security.kubernetes.io/enforce": "privileged"}},
+            },
+            id="privileged-pod-security-namespace",
+        ),
+        pytest.param({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv"}}, id="pv"),
+        pytest.param(
+            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "p"}}, id="priority"
+        ),
+        pytest.param(
+            {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema", "metadata": {"name": "f"}},
+            id="flow-schema",
+        ),
+        pytest.param(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "s", "namespace": "apps"},
+                "spec": {"externalIPs": ["8.8.8.8"]},
+            },
+            id="service-external-ips",
+        ),
+        pytest.param(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": "r", "namespace": "apps"},
+                "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}],
+            },
+            id="role-reading-secrets",
+        ),
+        pytest.param(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": "r", "namespace": "apps"},
+                "rules": [{"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]}],
+            },
+            id="role-exec",
+        ),
+        pytest.param(pod(securityContext={"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}), id="unsafe-sysctl"),
+        pytest.param(pod(securityContext={"seLinuxOptions": {"type": "spc_t"}}), id="selinux-spc"),
+        pytest.param(
+            deployment({"securityContext": {"appArmorProfile": {"type": "Unconfined"}}}), id="apparmor-unconfined"
+        ),
     ],
 )
 def test_privileged_objects_are_refused_unless_the_binding_allows_them(resource: dict[str, Any]) -> None:
     """Refused by a default binding; admitted once the binding sets allowPrivileged."""
-    policy = tenancy.policy_for("team-a", [binding()])
-    assert policy.refusal(item(resource), labels={}) is not None
-    assert tenancy.policy_for("team-a", [binding(allowPrivileged=True)]).refusal(item(resource), labels={}) is None
+    assert refusal(tenancy.policy_for("team-a", [binding()]), resource) is not None
+    assert refusal(tenancy.policy_for("team-a", [binding(allowPrivileged=True)]), resource) is None
 
 
 @pytest.mark.parametrize(
@@ -110,11 +168,16 @@ def test_privileged_objects_are_refused_unless_the_binding_allows_them(resource:
         pytest.param(
             deployment({"securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE"]}}}), id="baseline-capability"
         ),
+        pytest.param(
+            pod(securityContext={"sysctls": [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]}), id="sysctl"
+        ),
+        pytest.param(pod(securityContext={"seLinuxOptions": {"level": "s0:c1,c2"}}), id="selinux-level"),
+        pytest.param({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}}, id="plain-namespace"),
     ],
 )
 def test_ordinary_objects_pass(resource: dict[str, Any]) -> None:
     """Unprivileged workloads and configuration need nothing special."""
-    assert tenancy.policy_for("team-a", [binding()]).refusal(item(resource), labels={}) is None
+    assert refusal(tenancy.policy_for("team-a", [binding()]), resource) is None
 
 
 def test_a_namespace_without_a_binding_targets_nothing() -> None:
@@ -136,16 +199,66 @@ def test_runtime_selector_kinds_and_target_namespaces_narrow_a_binding() -> None
         ],
     )
     assert policy.admits_runtime({"env": "dev"}) and not policy.admits_runtime({"env": "prod"})
-    assert policy.refusal(item(CONFIGMAP), labels={"env": "dev"}, names=("configmaps", "configmap")) is None
-    assert "not among the kinds" in (policy.refusal(item(pod()), labels={"env": "dev"}) or "")
+    assert refusal(policy, CONFIGMAP, "configmaps", "configmap", env="dev") is None
+    assert "not among the kinds" in (refusal(policy, pod(), env="dev") or "")
     elsewhere = {**CONFIGMAP, "metadata": {"name": "c", "namespace": "other"}}
-    names = ("configmaps", "configmap")
-    assert "target namespaces" in (policy.refusal(item(elsewhere), labels={"env": "dev"}, names=names) or "")
-    assert "no SyncBinding" in (policy.refusal(item(CONFIGMAP), labels={"env": "prod"}) or "")
+    assert "target namespaces" in (refusal(policy, elsewhere, "configmaps", "configmap", env="dev") or "")
+    assert "no SyncBinding" in (refusal(policy, CONFIGMAP, env="prod") or "")
 
 
 def test_denied_kinds_win_and_any_admitting_binding_suffices() -> None:
     """A kind denied by one binding is still admitted by another binding that allows it."""
     deny = binding(deniedKinds=[{"kind": "ConfigMap"}])
-    assert tenancy.policy_for("team-a", [deny]).refusal(item(CONFIGMAP), labels={}) is not None
-    assert tenancy.policy_for("team-a", [deny, binding()]).refusal(item(CONFIGMAP), labels={}) is None
+    assert refusal(tenancy.policy_for("team-a", [deny]), CONFIGMAP) is not None
+    assert refusal(tenancy.policy_for("team-a", [deny, binding()]), CONFIGMAP) is None
+
+
+def test_target_namespaces_confine_cluster_scoped_and_namespace_less_objects() -> None:
+    """With targetNamespaces only those namespaces: no cluster-scoped object (but the listed Namespace itself),
+    and an item that names no namespace counts as in ``default``, where the apiserver would put it."""
+    policy = tenancy.policy_for("team-a", [binding(targetNamespaces=["apps"])])
+    cluster_role = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "x"}}
+    assert "cluster-scoped" in (
+        refusal(tenancy.policy_for("team-a", [binding(targetNamespaces=["apps"], allowPrivileged=True)]), cluster_role)
+        or ""
+    )
+    assert refusal(policy, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}}) is None
+    assert "cluster-scoped" in (
+        refusal(policy, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}) or ""
+    )
+    namespace_less = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    stored_in_default = policy.refusal(item(namespace_less), tenancy.Destination("default"), labels={})
+    assert "namespace default is not among" in (stored_in_default or "")
+
+
+def test_protected_namespaces_are_configurable() -> None:
+    """The default protects kyma-system too; an operator may protect more (or fewer)."""
+    in_monitoring = {**CONFIGMAP, "metadata": {"name": "c", "namespace": "monitoring"}}
+    assert refusal(tenancy.policy_for("team-a", [binding()]), in_monitoring) is None
+    guarded = tenancy.policy_for("team-a", [binding()], protected=("monitoring",))
+    assert "protected" in (refusal(guarded, in_monitoring) or "")
+
+
+def test_adoption_needs_a_binding_that_allows_it() -> None:
+    """A tenant's ``adoption: IfUnmanaged`` is not enough: a binding admitting the item must set allowAdoption."""
+    configmap = item(CONFIGMAP)
+    assert not tenancy.policy_for("team-a", [binding()]).allows_adoption(configmap, where(CONFIGMAP), labels={})
+    adopting = tenancy.policy_for("team-a", [binding(allowAdoption=True)])
+    assert adopting.allows_adoption(configmap, where(CONFIGMAP), labels={})
+    narrow = tenancy.policy_for("team-a", [binding(allowAdoption=True, targetNamespaces=["other"]), binding()])
+    assert narrow.refusal(configmap, where(CONFIGMAP), labels={}) is None
+    assert not narrow.allows_adoption(configmap, where(CONFIGMAP), labels={})
+
+
+def test_kind_rules_refuse_an_invalid_group() -> None:
+    """A group that is not a DNS subdomain is a configuration error, not a rule that never matches."""
+    with pytest.raises(ValueError, match="group"):
+        binding(kinds=[{"group": "Apps/../x", "kind": "Deployment"}])
+
+
+def test_only_the_status_subresource_may_be_set() -> None:
+    """Other subresources (scale, eviction, token requests) are not a way around the policy."""
+    with pytest.raises(ValueError, match="only the status subresource"):
+        model.Item.model_validate(
+            {"name": "i", "strategy": "CreateAndSync", "resource": CONFIGMAP, "subresource": {"token": {}}}
+        )

@@ -1,6 +1,7 @@
 """The keyed work queue: collapsing, one run per key at a time, waiters always answered, bounded stop."""
 
 import asyncio
+import itertools
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -135,6 +136,57 @@ async def test_retry_delay_tells_when_the_queue_retries_a_failed_key() -> None:
     assert queue.retry_delay("a") == 0.0
     stop.set()
     await running
+
+
+async def test_a_failing_key_retriggered_while_running_still_backs_off() -> None:
+    """Events about a key that keeps failing do not make it spin: each run after a failure waits its backoff."""
+    started: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def reconcile(key: str) -> workqueue.Result:
+        started.append(loop.time())
+        await asyncio.sleep(0.01)
+        return workqueue.Result.failed("still broken")
+
+    queue = workqueue.WorkQueue(
+        name="t",
+        reconcile=reconcile,
+        workers=1,
+        metrics=workqueue.QueueMetrics(CollectorRegistry()),
+        backoff_initial=100,
+        backoff_max=100,
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(queue.run(stop=stop))
+    for _ in range(5):
+        queue.add("a")
+        await asyncio.sleep(0.005)
+        queue.add("a")  # mid-run: served by the retry after the backoff, not by an immediate second run
+        await asyncio.sleep(1.2)
+    stop.set()
+    await running
+    gaps = [later - earlier for earlier, later in itertools.pairwise(started)]
+    assert len(started) == 5 and min(gaps) >= 1, gaps
+
+
+async def test_a_key_waiting_for_something_comes_back_less_and_less_often() -> None:
+    """requeue_after doubles while the key keeps asking (capped at a minute); an ordinary result resets it."""
+    started: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def reconcile(key: str) -> workqueue.Result:
+        started.append(loop.time())
+        return workqueue.Result(requeue_after=2) if len(started) < 9 else workqueue.Result()
+
+    queue = make_queue(reconcile)
+    stop = asyncio.Event()
+    running = asyncio.create_task(queue.run(stop=stop))
+    queue.add("a")
+    await asyncio.sleep(400)
+    stop.set()
+    await running
+    gaps = [round(later - earlier) for earlier, later in itertools.pairwise(started)]
+    assert gaps == [2, 4, 8, 16, 32, 60, 60, 60]
 
 
 async def test_stop_lets_a_running_reconcile_finish_within_the_grace_period() -> None:
