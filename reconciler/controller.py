@@ -30,6 +30,13 @@ log = logging.getLogger(__name__)
 K = TypeVar("K", bound=Hashable)
 
 
+@dataclasses.dataclass(frozen=True)
+class RuntimeChange:
+    runtime: str
+    content_only: bool = False
+    """Only the Kyma CR's spec or status changed: not whether it exists, its labels, or the runtime's client."""
+
+
 class Controller(abc.ABC, Generic[K]):
     modules: frozenset[str] = frozenset()
     """Event modules whose events this controller wants."""
@@ -59,7 +66,7 @@ class Controller(abc.ABC, Generic[K]):
     def all_keys(self) -> Iterable[K]:
         """Every key, for the start and the periodic resync."""
 
-    def keys_for_runtime(self, runtime: str) -> Iterable[K]:
+    def keys_for_runtime(self, change: RuntimeChange) -> Iterable[K]:
         """Keys to reconcile when a runtime's Kyma CR or kubeconfig changed."""
         return ()
 
@@ -93,8 +100,8 @@ class Controller(abc.ABC, Generic[K]):
         while not await aio.sleep_unless(stop, self._resync_seconds):
             self.queue.add_all(self.all_keys(), spread=self._resync_seconds / 10)
 
-    def runtime_changed(self, runtime: str) -> None:
-        self.queue.add_all(self.keys_for_runtime(runtime))
+    def runtime_changed(self, change: RuntimeChange) -> None:
+        self.queue.add_all(self.keys_for_runtime(change))
 
     async def on_event(self, event: events.ChangeEvent) -> workqueue.Result | None:
         """Reconcile the keys an event is about; None when it is about nothing of ours.

@@ -68,12 +68,13 @@ class Manager:
         finally:
             await self.shared.clients.close()
 
-    def _runtime_changed(self, runtime: str) -> None:
+    def _runtime_changed(self, change: controller.RuntimeChange) -> None:
         for each in self.controllers:
-            each.runtime_changed(runtime)
+            each.runtime_changed(change)
 
     def _kyma_changed(self, change: informer.Change) -> None:
-        self._runtime_changed(change.current["metadata"]["name"])
+        content_only = change.old is not None and change.new is not None and _labels(change.old) == _labels(change.new)
+        self._runtime_changed(controller.RuntimeChange(change.current["metadata"]["name"], content_only=content_only))
 
     def _kubeconfig_changed(self, change: informer.Change) -> None:
         runtime = (change.current["metadata"].get("labels") or {}).get(wire.RUNTIME_LABEL)
@@ -82,7 +83,7 @@ class Manager:
         version = None if change.new is None else change.new["metadata"]["resourceVersion"]
         if self.shared.clients.invalidate(runtime, secret_version=version) or change.kind == "ADDED":
             log.info("kubeconfig of runtime changed", extra={"runtime": runtime})
-            self._runtime_changed(runtime)
+            self._runtime_changed(controller.RuntimeChange(runtime))
 
     async def dispatch(self, event: events.ChangeEvent) -> workqueue.Result | None:
         """Every interested controller's outcome, combined: the worst decides."""
@@ -94,3 +95,7 @@ class Manager:
         if failed:
             return max(failed, key=lambda r: r.requeue_after or 0.0)
         return next((r for r in results if r.terminal), workqueue.Result())
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})

@@ -78,8 +78,8 @@ class MirrorController(controller.Controller[Key]):
     def all_keys(self) -> Iterable[Key]:
         return [RuntimeKey(runtime) for runtime in self.shared.runtimes()]
 
-    def keys_for_runtime(self, runtime: str) -> Iterable[Key]:
-        return [RuntimeKey(runtime)]
+    def keys_for_runtime(self, change: controller.RuntimeChange) -> Iterable[Key]:
+        return [RuntimeKey(change.runtime)]
 
     def keys_for_event(self, event: events.ChangeEvent) -> Iterable[Key]:
         kind = self._by_gvk.get((event.target.group, event.target.kind))

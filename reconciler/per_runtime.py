@@ -27,8 +27,8 @@ class PerRuntimeController(controller.Controller[ids.RuntimeId]):
     def all_keys(self) -> Iterable[ids.RuntimeId]:
         return [ids.RuntimeId(r) for r in self.shared.runtimes()]
 
-    def keys_for_runtime(self, runtime: str) -> Iterable[ids.RuntimeId]:
-        return [ids.RuntimeId(runtime)]
+    def keys_for_runtime(self, change: controller.RuntimeChange) -> Iterable[ids.RuntimeId]:
+        return [ids.RuntimeId(change.runtime)]
 
     def keys_for_event(self, event: events.ChangeEvent) -> Iterable[ids.RuntimeId]:
         same_kind = (event.target.group, event.target.kind) == (self.gvr.group, self.kind)

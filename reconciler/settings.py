@@ -1,8 +1,9 @@
 """Reconciler configuration: one YAML file, one section per concern, passed down as it is."""
 
 from pathlib import Path
+from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from clients import bus, kube
 from contract import wire
@@ -37,8 +38,20 @@ class SyncResourcesSettings(ControllerSettings):
         description="runtime namespaces only a SyncBinding with allowPrivileged (or naming them in "
         "targetNamespaces) may write to",
     )
+    runtime_timeout_seconds: float = Field(
+        default=120,
+        gt=0,
+        description="one runtime's share of a reconcile is abandoned after this long, keeping the record of "
+        "what it may have written (below reconcile_timeout_seconds, so the record is always saved)",
+    )
     max_concurrent_runtimes: int = Field(default=16, ge=1, description="runtimes one SyncResource writes to at once")
     per_runtime_concurrency: int = Field(default=8, ge=1, description="requests to one runtime at once")
+
+    @model_validator(mode="after")
+    def _runtime_within_reconcile(self) -> Self:
+        if self.runtime_timeout_seconds >= self.reconcile_timeout_seconds:
+            raise ValueError("runtime_timeout_seconds must be below reconcile_timeout_seconds")
+        return self
 
     @field_validator("restricted_kinds")
     @classmethod

@@ -49,13 +49,17 @@ class SyncResourceController(controller.Controller[Key]):
     def all_keys(self) -> Iterable[Key]:
         return [_key(obj) for obj in self.resources]
 
-    def keys_for_runtime(self, runtime: str) -> Iterable[Key]:
+    def keys_for_runtime(self, change: controller.RuntimeChange) -> Iterable[Key]:
+        """SyncResources that select the runtime now, or put something there or reported on it before."""
+        if change.content_only:
+            return []  # a Kyma's status or spec says nothing about which objects belong in the runtime
+        runtime = change.runtime
         return [
             _key(obj)
             for obj in self.resources
-            if (obj.get("spec") or {}).get("kyma") == runtime
-            or "target" in (obj.get("spec") or {})
+            if self._targets(_key(obj), runtime)
             or any(placed[0] == runtime for placed in self._indexed.get(_key(obj), ([], []))[0])
+            or any(entry.get("runtime") == runtime for entry in _reported(obj))
         ]
 
     def keys_for_event(self, event: events.ChangeEvent) -> Iterable[Key]:
@@ -136,3 +140,8 @@ def _records(obj: dict[str, Any]) -> list[model.AppliedRef]:
         return model.applied_refs(obj.get("status"))
     except ValueError:
         return []
+
+
+def _reported(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    entries = (obj.get("status") or {}).get("items") or []
+    return [entry for entry in entries if isinstance(entry, dict)]

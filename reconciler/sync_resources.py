@@ -77,6 +77,10 @@ class ItemOutcome:
     """Whether the object may now exist because of us (so it is recorded)."""
 
 
+Journal = dict[sync_plan.ObjectIdentity, model.AppliedRef]
+"""Records of objects about to be written in one runtime, kept even when its reconcile is cut short."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Resolved:
     """An item's object as the runtime stores it, and where that is for the tenancy policy."""
@@ -155,7 +159,18 @@ class SyncResourceReconciler:
         async def bounded(runtime: str, placement: sync_plan.Placement) -> RuntimeOutcome:
             async with semaphore:
                 previously = [a for a in applied if a.runtime == runtime]
-                return await self._place(owner, spec, policy, runtime, placement, previously)
+                journal: Journal = {}
+                try:
+                    async with asyncio.timeout(self._config.runtime_timeout_seconds):
+                        return await self._place(owner, spec, policy, runtime, placement, previously, journal)
+                except TimeoutError:
+                    # Whatever was being written may exist now: keep its record, so it is released when unwanted.
+                    message = f"runtime {runtime} did not finish within {self._config.runtime_timeout_seconds:g}s"
+                    kept = {_identity(r): r for r in (*previously, *journal.values())}
+                    statuses = [_status(i, runtime, model.State.ERROR, message) for i in spec.items]
+                    return RuntimeOutcome(
+                        statuses if placement == sync_plan.Placement.SYNC else [], list(kept.values()), message
+                    )
 
         outcomes = await aio.all_of(bounded(r, p) for r, p in placements.items())
         items = [status for outcome in outcomes for status in outcome.items]
@@ -208,9 +223,10 @@ class SyncResourceReconciler:
         runtime: str,
         placement: sync_plan.Placement,
         previously: list[model.AppliedRef],
+        journal: "Journal",
     ) -> RuntimeOutcome:
         if placement == sync_plan.Placement.SYNC:
-            return await self._sync_runtime(owner, spec.items, policy, runtime, previously)
+            return await self._sync_runtime(owner, spec.items, policy, runtime, previously, journal)
         if placement == sync_plan.Placement.FORBIDDEN:
             reason = f"no SyncBinding lets namespace {owner.key.namespace} target runtime {runtime}"
             return RuntimeOutcome([_status(i, runtime, model.State.FORBIDDEN, reason) for i in spec.items], previously)
@@ -255,7 +271,9 @@ class SyncResourceReconciler:
         policy: tenancy.Policy,
         runtime: str,
         previously: list[model.AppliedRef],
+        journal: "Journal",
     ) -> RuntimeOutcome:
+        """Sync ``items`` into one runtime; ``journal`` gets each object's record before it is written."""
         items = list(items)
         try:
             handle = await self._shared.clients.get(runtime)
@@ -278,12 +296,12 @@ class SyncResourceReconciler:
             if isinstance(resolution, ItemOutcome):
                 return resolution
             ref = resolution.ref
-            first = claimed.setdefault(
-                sync_plan.identity(ref.api_version, ref.kind, ref.namespace, ref.name), item.name
-            )
+            first = claimed.setdefault(_identity_of(ref), item.name)
             if first != item.name:
                 message = f"names the same object as item {first} ({ref}): not synced"
                 return ItemOutcome(_status(item, runtime, model.State.ERROR, message), ref)
+            if item.strategy != model.Strategy.DELETE:
+                journal.setdefault(_identity_of(ref), _record(runtime, item, ref))
             async with handle.limit:
                 return await self._item(handle.objects, owner, item, resolution, policy, runtime, labels)
 
@@ -296,29 +314,20 @@ class SyncResourceReconciler:
                 unresolved.add(item.name)
                 continue
             ref = outcome.resolved
-            identity = sync_plan.identity(ref.api_version, ref.kind, ref.namespace, ref.name)
+            identity = _identity_of(ref)
             if item.strategy != model.Strategy.DELETE:
                 wanted.add(identity)  # a Delete item's object is released like any unwanted one
             if outcome.record:
-                records[identity] = model.AppliedRef(
-                    runtime=runtime,
-                    item=item.name,
-                    apiVersion=ref.api_version,
-                    kind=ref.kind,
-                    namespace=ref.namespace,
-                    name=ref.name,
-                )
+                records[identity] = _record(runtime, item, ref)
         for record in previously:
-            identity = sync_plan.identity(record.api_version, record.kind, record.namespace, record.name)
+            identity = _identity(record)
             if identity in wanted or record.item in unresolved:
                 records.setdefault(identity, record)  # still wanted, even if not written now: kept
         still_held, errors = await self._release_all(
             handle, owner, sync_plan.stale(previously, wanted=wanted, unresolved_items=unresolved)
         )
         for record in still_held:
-            records.setdefault(
-                sync_plan.identity(record.api_version, record.kind, record.namespace, record.name), record
-            )
+            records.setdefault(_identity(record), record)
         failing = next((o.status.message for o in outcomes if o.status.state == model.State.ERROR), None)
         return RuntimeOutcome(
             sorted((o.status for o in outcomes), key=lambda s: s.name),
@@ -577,6 +586,25 @@ class SyncResourceReconciler:
                 )
             except kube.KubeError as exc:
                 log.warning("could not record an Event", extra={"error": str(exc)})
+
+
+def _record(runtime: str, item: model.Item, ref: objects.Ref) -> model.AppliedRef:
+    return model.AppliedRef(
+        runtime=runtime,
+        item=item.name,
+        apiVersion=ref.api_version,
+        kind=ref.kind,
+        namespace=ref.namespace,
+        name=ref.name,
+    )
+
+
+def _identity_of(ref: objects.Ref) -> sync_plan.ObjectIdentity:
+    return sync_plan.identity(ref.api_version, ref.kind, ref.namespace, ref.name)
+
+
+def _identity(record: model.AppliedRef) -> sync_plan.ObjectIdentity:
+    return _identity_of(_ref(record))
 
 
 def _status(item: model.Item, runtime: str, state: model.State, message: str = "") -> model.ItemStatus:

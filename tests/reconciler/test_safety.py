@@ -407,3 +407,82 @@ async def test_not_ready_and_not_reconciling_until_every_cache_listed(
     assert "kymas" in (idle.readiness() or "") and "syncresources" in (idle.readiness() or "")
     async with run_controller() as running:
         await eventually(lambda: running.readiness() is None, what="ready")
+
+
+@contextlib.asynccontextmanager
+async def hanging_admission(api: kube.ApiClient, *, label: str) -> AsyncIterator[None]:
+    """Writes of objects labelled ``label`` hang in the runtime's apiserver: its webhook never answers."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    name = f"hang-{label}"
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
+    await kube.request(
+        api,
+        "POST",
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        body={
+            "metadata": {"name": name},
+            "webhooks": [
+                {
+                    "name": "hang.kyma-sync.test",
+                    "clientConfig": {"url": f"https://127.0.0.1:{port}/"},
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["configmaps"],
+                        }
+                    ],
+                    "objectSelector": {"matchLabels": {"hang": label}},
+                    "failurePolicy": "Fail",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "timeoutSeconds": 30,
+                }
+            ],
+        },
+    )
+    try:
+        yield
+    finally:
+        await kube.request(api, "DELETE", path)
+        for writer in held:
+            writer.close()
+        server.close()
+
+
+async def test_a_runtime_cut_short_keeps_the_record_of_what_was_written(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """One item's write hangs past the runtime's time limit: the reconcile still saves the records of what it wrote
+    before (journal), so removing that item later deletes its object instead of leaving an orphan."""
+    label = uuid.uuid4().hex[:8]
+    hanging = kcp.configmap("cm-hangs", {"k": "v"})
+    hanging["resource"]["metadata"]["labels"] = {"hang": label}
+    sections = {
+        "sync_resources": {"per_runtime_concurrency": 1, "runtime_timeout_seconds": 3, "reconcile_timeout_seconds": 8}
+    }
+    async with hanging_admission(kcp.skrs["skr-1"], label=label), run_controller(**sections):
+        await kcp.create("cut", {"kyma": "skr-1", "items": [kcp.configmap("cm-first", {"k": "v"}), hanging]})
+
+        async def recorded() -> bool:
+            status = (await kcp.get("cut") or {}).get("status") or {}
+            return "cm-first" in {a["name"] for a in status.get("applied") or []}
+
+        await eventually(recorded, what="the written object recorded")
+        status = (await kcp.get("cut") or {})["status"]
+        assert status["state"] == "Error"
+        assert all("did not finish within 3s" in i["message"] for i in status["items"])
+        assert await kcp.configmap_in("skr-1", "cm-first") is not None
+        await kcp.patch_spec("cut", {"items": [kcp.configmap("cm-other", {"k": "v"})]})
+        await eventually(lambda: _absent(kcp, "skr-1", "cm-first"), what="the removed item's object deleted")
+
+
+async def _absent(kcp: Kcp, runtime: str, name: str) -> bool:
+    return await kcp.configmap_in(runtime, name) is None

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from clients import kube
+from contract import wire
 from devenv import net
 from pki import kubeconfigs, pki
-from reconciler import crds
+from reconciler import controller, crds
 
 from ..waiting import eventually, more_reconciles
 from .conftest import Kcp, bind, label_kyma, register_runtime
@@ -193,6 +194,41 @@ async def test_group_targeting_follows_kyma_labels(kcp: Kcp, run_controller: Cal
         await label_kyma(kcp.api, "skr-1", {label: None})
         await eventually(lambda: _absent(kcp, "skr-1", "cm-group"), what="left skr-1")
     await label_kyma(kcp.api, "skr-2", {label: None})
+
+
+async def test_a_kyma_status_write_reconciles_no_sync_resource(
+    kcp: Kcp, run_controller: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kyma CRs' status changes all the time; only existence and labels place objects, so a status write queues
+    no SyncResource while a label change queues the group's (seen in watch order: status first, then labels)."""
+    label = f"test-{uuid.uuid4().hex[:6]}"
+    async with run_controller() as running:
+        await label_kyma(kcp.api, "skr-1", {label: "beta"})
+        await kcp.create(
+            "group",
+            {"target": {"selector": {"matchLabels": {label: "beta"}}}, "items": [kcp.configmap("cm-st", {"k": "v"})]},
+        )
+        await eventually(lambda: _has(kcp, "skr-1", "cm-st", {"k": "v"}), what="in skr-1")
+        [sync] = [c for c in running.controllers if c.name == "sync_resources"]
+        triggered: list[tuple[controller.RuntimeChange, list[str]]] = []
+        monkeypatch.setattr(
+            sync,
+            "runtime_changed",
+            lambda change: triggered.append((change, [str(k) for k in sync.keys_for_runtime(change)])),
+        )
+        await kube.request(
+            kcp.api,
+            "PATCH",
+            crds.KYMA.object_path(wire.KCP_NAMESPACE, "skr-1", subresource="status"),
+            body={"status": {"state": "Processing"}},
+            content_type="application/merge-patch+json",
+        )
+        await label_kyma(kcp.api, "skr-1", {f"{label}-other": "x"})
+        await eventually(lambda: len(triggered) >= 2, what="both Kyma changes seen")
+    await label_kyma(kcp.api, "skr-1", {label: None, f"{label}-other": None})
+    (status_change, status_keys), (label_change, label_keys) = triggered[:2]
+    assert status_change.content_only and status_keys == []
+    assert not label_change.content_only and f"{kcp.namespace}/group" in label_keys
 
 
 async def test_restricted_kind_is_a_warning_and_not_applied(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
