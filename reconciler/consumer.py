@@ -198,40 +198,61 @@ async def consume(
     settings: ConsumerSettings, handler: Handler, *, metrics: ConsumerMetrics, stop: asyncio.Event
 ) -> None:
     backoff = aio.Backoff(initial=0.5)
-    while not stop.is_set():
-        connection = await bus.connect_retrying(
-            list(settings.servers),
-            name=f"kyma-reconciler-{settings.durable}",
-            stop=stop,
-            credentials=settings.credentials,
-        )
-        if connection is None:
-            return
-        in_flight: set[asyncio.Task[None]] = set()
-        try:
-            pull = await connection.pull_consumer(
-                bus.ConsumerSettings(
-                    stream=settings.stream,
-                    durable=settings.durable,
-                    filter_subject=settings.subject,
-                    ack_wait_seconds=settings.ack_wait_seconds,
-                    max_ack_pending=settings.max_in_flight,
-                )
+    # One set across reconnects: work still running when the connection broke must not hold up the next
+    # connection (its settlement fails and NATS redelivers it), yet it still counts against max_in_flight.
+    in_flight: set[asyncio.Task[None]] = set()
+    try:
+        while not stop.is_set():
+            connection = await bus.connect_retrying(
+                list(settings.servers),
+                name=f"kyma-reconciler-{settings.durable}",
+                stop=stop,
+                credentials=settings.credentials,
             )
-            backoff.reset()
-            while not stop.is_set():
-                free = settings.max_in_flight - len(in_flight)
-                if free <= 0:
-                    await asyncio.wait(in_flight, timeout=1, return_when=asyncio.FIRST_COMPLETED)
-                    continue
-                for delivery in await pull.fetch(min(settings.batch, free), timeout=1):
-                    task = asyncio.create_task(_settle(delivery, handler, connection, settings, metrics))
-                    in_flight.add(task)
-                    task.add_done_callback(in_flight.discard)
-        except bus.BusUnavailableError as exc:
-            log.warning("consumer interrupted, reconnecting", extra={"durable": settings.durable, "error": str(exc)})
-            await aio.sleep_unless(stop, backoff.delay())
-        finally:
-            if in_flight:
-                await asyncio.gather(*in_flight, return_exceptions=True)
-            await connection.close()
+            if connection is None:
+                return
+            try:
+                await _pull(connection, settings, handler, metrics, in_flight, stop=stop)
+            except bus.BusUnavailableError as exc:
+                log.warning(
+                    "consumer interrupted, reconnecting", extra={"durable": settings.durable, "error": str(exc)}
+                )
+                await aio.sleep_unless(stop, backoff.delay())
+            else:
+                backoff.reset()
+            finally:
+                if stop.is_set() and in_flight:
+                    await asyncio.gather(*in_flight, return_exceptions=True)  # settle on a live connection
+                await connection.close()
+    finally:
+        if in_flight:
+            await asyncio.gather(*in_flight, return_exceptions=True)
+
+
+async def _pull(
+    connection: bus.Bus,
+    settings: ConsumerSettings,
+    handler: Handler,
+    metrics: ConsumerMetrics,
+    in_flight: set[asyncio.Task[None]],
+    *,
+    stop: asyncio.Event,
+) -> None:
+    pull = await connection.pull_consumer(
+        bus.ConsumerSettings(
+            stream=settings.stream,
+            durable=settings.durable,
+            filter_subject=settings.subject,
+            ack_wait_seconds=settings.ack_wait_seconds,
+            max_ack_pending=settings.max_in_flight,
+        )
+    )
+    while not stop.is_set():
+        free = settings.max_in_flight - len(in_flight)
+        if free <= 0:
+            await asyncio.wait(in_flight, timeout=1, return_when=asyncio.FIRST_COMPLETED)
+            continue
+        for delivery in await pull.fetch(min(settings.batch, free), timeout=1):
+            task = asyncio.create_task(_settle(delivery, handler, connection, settings, metrics))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)

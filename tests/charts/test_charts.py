@@ -92,7 +92,8 @@ def test_watcher_chart_requires_the_runtime_name(helm: Path) -> None:
     ],
 )
 def test_listener_chart_config_matches_the_ingress_mode(helm: Path, values: list[str], proxy: bool) -> None:
-    """Passthrough serves mTLS itself; forwarded trusts the header from the trusted proxies only."""
+    """Passthrough serves mTLS itself; forwarded trusts the header from the trusted proxies only, and a
+    NetworkPolicy lets only the ingress controller's namespace reach the events port."""
     docs = render(helm, "kyma-listener", *values)
     config = listener_settings.ListenerSettings.model_validate(embedded(docs, "listener.yaml"))
     assert config.proxy.enabled is proxy and (config.tls is None) is proxy
@@ -109,6 +110,12 @@ def test_listener_chart_config_matches_the_ingress_mode(helm: Path, values: list
         "PodDisruptionBudget",
         "HorizontalPodAutoscaler",
     }
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "kyma-listener"]
+    assert bool(policies) is proxy
+    for policy in policies:
+        events_rule = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == config.port)
+        [source] = events_rule["from"]
+        assert source == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}
 
 
 def test_listener_chart_refuses_forwarding_without_trusted_proxies(helm: Path) -> None:

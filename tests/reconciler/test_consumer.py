@@ -10,8 +10,10 @@ from prometheus_client import CollectorRegistry
 from clients import bus
 from contract import events, subjects
 from devenv import landscape as landscape_mod
+from devenv import nats as nats_mod
 from reconciler import consumer, workqueue
 
+from ..conftest import connect_raw
 from ..factories import configmap_event
 from ..waiting import eventually
 
@@ -181,3 +183,55 @@ async def test_a_reconcile_longer_than_ack_wait_is_not_redelivered(
         await consuming
     info = await nats_client.jetstream().consumer_info(bus.StreamSettings().name, f"d-{module}")
     assert calls == 1 and info.num_redelivered == 0 and info.num_ack_pending == 0
+
+
+@pytest.mark.integration
+async def test_work_in_flight_does_not_hold_up_the_reconnect(private_nats: nats_mod.NatsServer) -> None:
+    """The durable vanishes (an operator removed it) while one event's reconcile is still running: the consumer
+    comes back at once and handles later events, not after that reconcile ends (it may run for minutes)."""
+    module = "kyma-sync"
+    started, release = asyncio.Event(), asyncio.Event()
+    handled: list[str] = []
+
+    async def handler(event: events.ChangeEvent) -> workqueue.Result | None:
+        if event.target.name == "slow":
+            started.set()
+            await release.wait()
+        handled.append(event.target.name)
+        return workqueue.Result()
+
+    async def publish_as_listener(name: str) -> None:
+        connection = await bus.Bus.connect(
+            [private_nats.url], name="test-listener", credentials=private_nats.credentials("listener")
+        )
+        try:
+            await publish(connection, configmap_event(module, "skr-a", name=name))
+        finally:
+            await connection.close()
+
+    settings = consumer.ConsumerSettings(
+        servers=(private_nats.url,),
+        credentials=private_nats.credentials("reconciler"),
+        subject=f"kyma.events.{module}.*",
+        durable=f"kyma-reconciler-{module}",
+        stream=bus.StreamSettings().name,
+    )
+    stop = asyncio.Event()
+    consuming = asyncio.create_task(
+        consumer.consume(settings, handler, metrics=consumer.ConsumerMetrics(CollectorRegistry()), stop=stop)
+    )
+    try:
+        await publish_as_listener("slow")
+        await asyncio.wait_for(started.wait(), timeout=30)
+        admin = await connect_raw(private_nats)
+        try:
+            await admin.jetstream().delete_consumer(settings.stream, settings.durable)
+        finally:
+            await admin.close()
+        await publish_as_listener("after-restart")
+        await eventually(lambda: "after-restart" in handled, timeout=60, what="the later event handled")
+        assert "slow" not in handled
+    finally:
+        release.set()
+        stop.set()
+        await consuming
