@@ -43,6 +43,8 @@ KUBECONFIG_NAMESPACE = "kyma-sync-kubeconfigs"
 """Where minted module kubeconfigs go: apart from the master kubeconfigs, so that reading them
 (the reconcilers may) never grants reading a master kubeconfig (only kyma-certs may)."""
 RUNTIME_LABEL = "kyma-project.io/runtime"
+KYMA_NAME_LABEL = "operator.kyma-project.io/kyma-name"
+"""On a single-runtime SyncResource: its runtime (Kyma name), so module managers can list by runtime."""
 MODULE_LABEL = "kyma-project.io/module"
 KUBECONFIG_KEY = "config"
 

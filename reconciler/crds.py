@@ -77,47 +77,49 @@ def _string(pattern: str, max_length: int, description: str) -> dict[str, Any]:
     return {"type": "string", "pattern": pattern, "maxLength": max_length, "description": description}
 
 
+def _any(description: str) -> dict[str, Any]:
+    """A field that may be an object or a string (YAML/JSON text); the reconciler parses it per item."""
+    return {"x-kubernetes-preserve-unknown-fields": True, "description": description}
+
+
+def _described(description: str, **schema: Any) -> dict[str, Any]:
+    return {**schema, "description": description}
+
+
 def sync_resource_crd() -> dict[str, Any]:
-    resource = {
-        "type": "object",
-        "description": "The object to keep in the runtime (or, for Delete, the object to remove).",
-        "x-kubernetes-preserve-unknown-fields": True,
-        "required": ["apiVersion", "kind", "metadata"],
-        "properties": {
-            "apiVersion": _string(model.API_VERSION, 316, "group/version, or version for the core group"),
-            "kind": _string(model.KIND, 63, "the kind"),
-            "metadata": {
-                "type": "object",
-                "x-kubernetes-preserve-unknown-fields": True,
-                "required": ["name"],
-                "properties": {
-                    "name": _string(model.DNS_SUBDOMAIN, 253, "the object's name in the runtime"),
-                    "namespace": _string(model.DNS_LABEL, 63, "its namespace (namespaced kinds; default: default)"),
-                },
-            },
-        },
-    }
     item = {
         "type": "object",
-        "required": ["name", "strategy", "resource"],
+        "description": "One object to sync, or to delete, or whose status to set.",
+        "required": ["name", "strategy"],
         "properties": {
             "name": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 253,
-                "description": "the item's name, unique in the list",
+                "description": "The item's name, unique in the list (not necessarily the object's name). Its status "
+                "is reported under this name; renaming an item releases the old item's object.",
             },
             "strategy": {
                 "type": "string",
                 "enum": [s.value for s in model.Strategy],
-                "description": "CreateAndSync: keep identical (drift is reset). CreateAndIgnore: create, recreate when "
-                "deleted, leave edits alone. Delete: ensure the object is gone.",
+                "description": "CreateAndSync: keep the object identical (drift is reset, a deletion undone). "
+                "CreateAndIgnore: create it, recreate it when deleted, leave edits alone. "
+                "Delete: ensure the object is gone (Deleting until it is, then Ready). "
+                "UpdateAndDelete: keep an existing object identical but never create it; once it is being deleted "
+                "it is left alone (Deleting), and the item is Ready with 'gone' when it no longer exists. "
+                "Changing an item's strategy is allowed in every direction.",
             },
-            "resource": resource,
-            "subresource": {
-                **_OBJECT,
-                "description": "subresources to apply after the object: only {status: {...}} (others are an Error)",
-            },
+            "resource": _any(
+                "The object, as YAML/JSON text (resource: |) or as an object: apiVersion, kind, metadata.name "
+                "(DNS-1123), metadata.namespace for namespaced kinds (default: default). Text that does not parse "
+                "or does not name an object is this item's Error; the other items are synced."
+            ),
+            "subresource": _any(
+                "The status to set after the object, as text or an object: a whole object (apiVersion, kind, "
+                "metadata, status: the design document's form) or {status: {...}}. Without resource the item only "
+                "sets the status of an object someone else creates (never creates or deletes it; CreateAndSync or "
+                "UpdateAndDelete). Only the status subresource may be set."
+            ),
             "adoption": {
                 "type": "string",
                 "enum": [a.value for a in model.Adoption],
@@ -128,11 +130,63 @@ def sync_resource_crd() -> dict[str, Any]:
             },
         },
     }
+    item_status = {
+        "type": "object",
+        "description": "An item's state in one runtime.",
+        "properties": {
+            "name": _described("The item.", type="string"),
+            "runtime": _described("The runtime (Kyma name).", type="string"),
+            "state": _described(
+                "Ready, Processing, Deleting, Warning (e.g. exists but not managed), Conflict (another "
+                "SyncResource manages it), Forbidden (no SyncBinding admits it), Error.",
+                type="string",
+            ),
+            "message": _described("Why, when not Ready.", type="string"),
+        },
+    }
+    applied = {
+        "type": "object",
+        "description": "An object this SyncResource may have put into a runtime: released (deleted if still "
+        "ours) once no item wants it.",
+        "properties": {
+            "runtime": {"type": "string"},
+            "item": {"type": "string"},
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "namespace": {"type": "string"},
+            "name": {"type": "string"},
+        },
+    }
+    status = {
+        "type": "object",
+        "description": "What the reconciler did, written by it only.",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "properties": {
+            "state": _described(
+                "The worst item state: Error > Conflict > Forbidden > Warning > Deleting/Processing > Ready.",
+                type="string",
+            ),
+            "observedGeneration": _described("The generation this status describes.", type="integer"),
+            "conditions": _described(
+                "Ready: True when every item is Ready in every runtime.",
+                type="array",
+                items=_OBJECT,
+            ),
+            "lastOperation": _described("The last change of state, in words, and when.", **_OBJECT),
+            "itemCount": _described("Items in the spec.", type="integer"),
+            "runtimeCount": _described("Runtimes the items are synced to.", type="integer"),
+            "ready": _described("Item-runtime pairs Ready, of all (e.g. 19/20).", type="string"),
+            "items": _described("Per item and runtime: state and message.", type="array", items=item_status),
+            "applied": _described("What may exist where because of this SyncResource.", type="array", items=applied),
+        },
+    }
     schema = {
         "type": "object",
+        "description": "Objects KCP keeps in one runtime or a group of runtimes (kyma-sync).",
         "properties": {
             "spec": {
                 "type": "object",
+                "description": "What to sync where.",
                 "required": ["items"],
                 "x-kubernetes-validations": [
                     {
@@ -142,17 +196,25 @@ def sync_resource_crd() -> dict[str, Any]:
                 ],
                 "properties": {
                     "kyma": {
-                        **_string(model.DNS_SUBDOMAIN, 253, "the one runtime (Kyma name) to sync to"),
+                        **_string(
+                            model.DNS_SUBDOMAIN,
+                            253,
+                            "The one runtime (Kyma CR name) to sync to; the SyncResource is then labelled "
+                            "operator.kyma-project.io/kyma-name with it.",
+                        ),
                         "minLength": 1,
                     },
                     "target": {
                         "type": "object",
                         "required": ["selector"],
-                        "description": "a group of runtimes",
-                        "properties": {"selector": _selector("runtimes whose Kyma CR has these labels")},
+                        "description": "A group of runtimes, chosen by their Kyma CRs' labels.",
+                        "properties": {
+                            "selector": _selector("Runtimes whose Kyma CR has these labels ({} selects all).")
+                        },
                     },
                     "items": {
                         "type": "array",
+                        "description": "The objects, each with a strategy.",
                         "maxItems": 2000,
                         "x-kubernetes-list-type": "map",
                         "x-kubernetes-list-map-keys": ["name"],
@@ -160,11 +222,14 @@ def sync_resource_crd() -> dict[str, Any]:
                     },
                 },
             },
-            "status": _OBJECT,
+            "status": status,
         },
     }
     printer = [
         {"name": "State", "type": "string", "jsonPath": ".status.state"},
+        {"name": "Items", "type": "integer", "jsonPath": ".status.itemCount"},
+        {"name": "Runtimes", "type": "integer", "jsonPath": ".status.runtimeCount"},
+        {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     return _crd(gvr=SYNC_RESOURCE, kind="SyncResource", short="sr", schema=schema, printer=printer)

@@ -5,11 +5,13 @@ must be what the apiserver itself would accept, so no part of an item can become
 one path segment of the request (the CRD checks the same, this is the second line).
 """
 
+import dataclasses
 import enum
 import re
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -23,7 +25,9 @@ class Strategy(enum.StrEnum):
     CREATE_AND_IGNORE = "CreateAndIgnore"
     """Create, recreate if deleted, leave edits alone."""
     DELETE = "Delete"
-    """Ensure absent; not found is success."""
+    """Ensure absent: Deleting until the object is gone, then Ready."""
+    UPDATE_AND_DELETE = "UpdateAndDelete"
+    """Keep an existing object identical, never create it; once it is being deleted, leave it; Ready when gone."""
 
 
 class Adoption(enum.StrEnum):
@@ -86,32 +90,105 @@ def _check(value: Any, pattern: str, *, what: str, max_length: int) -> str:
     return value
 
 
-class Item(_Model):
+class ItemSpec(_Model):
+    """An item as written in the SyncResource; parsed one by one, so a bad item is that item's Error."""
+
     name: str = Field(min_length=1, max_length=253)
     strategy: Strategy
-    resource: dict[str, Any]
-    subresource: dict[str, Any] | None = None
+    resource: dict[str, Any] | str | None = None
+    subresource: dict[str, Any] | str | None = None
     adoption: Adoption = Adoption.NEVER
 
-    @field_validator("resource")
-    @classmethod
-    def _names_itself_validly(cls, resource: dict[str, Any]) -> dict[str, Any]:
-        metadata = resource.get("metadata")
-        if not isinstance(metadata, dict):
-            raise ValueError("resource needs metadata with a name")
-        _check(resource.get("apiVersion"), API_VERSION, what="apiVersion", max_length=316)
-        _check(resource.get("kind"), KIND, what="kind", max_length=63)
+
+class ItemError(ValueError):
+    """Why one item cannot be synced as written (its text, its names, its combination of fields)."""
+
+
+MAX_TEXT = 1_048_576
+
+
+def _document(value: dict[str, Any] | str, *, field: str) -> dict[str, Any]:
+    """A manifest given as an object, or as YAML/JSON text holding exactly one object."""
+    if isinstance(value, dict):
+        return value
+    if len(value) > MAX_TEXT:
+        raise ItemError(f"{field} is longer than {MAX_TEXT} characters")
+    try:
+        documents = [d for d in yaml.safe_load_all(value) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ItemError(f"{field} is not valid YAML or JSON: {' '.join(str(exc).split())[:300]}") from exc
+    if len(documents) != 1 or not isinstance(documents[0], dict):
+        raise ItemError(f"{field} must hold exactly one object, found {len(documents)} document(s)")
+    return dict(documents[0])
+
+
+def _names_itself_validly(obj: dict[str, Any], *, field: str) -> None:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        raise ItemError(f"{field} needs metadata with a name")
+    try:
+        _check(obj.get("apiVersion"), API_VERSION, what="apiVersion", max_length=316)
+        _check(obj.get("kind"), KIND, what="kind", max_length=63)
         _check(metadata.get("name"), DNS_SUBDOMAIN, what="metadata.name", max_length=253)
         if metadata.get("namespace") is not None:
             _check(metadata["namespace"], DNS_LABEL, what="metadata.namespace", max_length=63)
-        return resource
+    except ValueError as exc:
+        raise ItemError(f"{field}: {exc}") from exc
 
-    @field_validator("subresource")
+
+def _identity_of(obj: dict[str, Any]) -> tuple[str, str, str, str | None]:
+    metadata = obj["metadata"]
+    return obj["apiVersion"], obj["kind"], metadata["name"], metadata.get("namespace") or None
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """An item parsed and checked: the object it names, and what to do with it."""
+
+    name: str
+    strategy: Strategy
+    resource: dict[str, Any]
+    """The object to keep (for a status-only item: just its apiVersion, kind and metadata)."""
+    status: dict[str, Any] | None = None
+    """What to write to the object's status subresource after it (the item's ``subresource``)."""
+    status_only: bool = False
+    """The item only sets the status of an object someone else creates: never created, never deleted."""
+    adoption: Adoption = Adoption.NEVER
+
     @classmethod
-    def _status_only(cls, subresource: dict[str, Any] | None) -> dict[str, Any] | None:
-        if subresource and set(subresource) != {"status"}:
-            raise ValueError(f"only the status subresource may be set, not {sorted(set(subresource) - {'status'})}")
-        return subresource
+    def parse(cls, spec: ItemSpec) -> "Item":
+        """The item ``spec`` describes; ItemError saying what is wrong otherwise."""
+        resource = None if spec.resource is None else _document(spec.resource, field="resource")
+        subresource = None if spec.subresource is None else _document(spec.subresource, field="subresource")
+        if resource is None and subresource is None:
+            raise ItemError("set resource, subresource, or both")
+        if resource is not None:
+            _names_itself_validly(resource, field="resource")
+        status = None
+        if subresource is not None:
+            if "apiVersion" in subresource or "kind" in subresource or "metadata" in subresource:
+                _names_itself_validly(subresource, field="subresource")
+                if resource is not None and _identity_of(subresource) != _identity_of(resource):
+                    raise ItemError("subresource names another object than resource")
+                if resource is None:
+                    resource = {k: subresource[k] for k in ("apiVersion", "kind")} | {
+                        "metadata": {k: v for k, v in subresource["metadata"].items() if k in ("name", "namespace")}
+                    }
+                extra = set(subresource) - {"apiVersion", "kind", "metadata", "status"}
+            else:
+                extra = set(subresource) - {"status"}
+                if resource is None:
+                    raise ItemError("a subresource without resource must name its object (apiVersion, kind, metadata)")
+            if extra:
+                raise ItemError(f"only the status subresource may be set, not {sorted(extra)}")
+            status = subresource.get("status")
+            if not isinstance(status, dict):
+                raise ItemError("subresource needs a status object")
+        assert resource is not None
+        status_only = spec.resource is None
+        if status_only and spec.strategy not in (Strategy.CREATE_AND_SYNC, Strategy.UPDATE_AND_DELETE):
+            raise ItemError(f"a status-only item (no resource) cannot be {spec.strategy.value}")
+        return cls(spec.name, spec.strategy, resource, status, status_only, spec.adoption)
 
     @property
     def api_version(self) -> str:
@@ -135,15 +212,11 @@ class Item(_Model):
         namespace = self.resource["metadata"].get("namespace")
         return str(namespace) if namespace else None
 
-    @property
-    def identity(self) -> tuple[str, str, str, str]:
-        return self.group, self.kind, self.namespace or "", self.object_name
-
 
 class Spec(_Model):
     kyma: str | None = Field(default=None, pattern=DNS_SUBDOMAIN)
     target: Target | None = None
-    items: tuple[Item, ...]
+    items: tuple[ItemSpec, ...]
 
     @model_validator(mode="after")
     def _one_target(self) -> Self:
@@ -152,10 +225,26 @@ class Spec(_Model):
         names = [item.name for item in self.items]
         if len(names) != len(set(names)):
             raise ValueError("item names must be unique")
-        identities = [item.identity for item in self.items]
-        if len(identities) != len(set(identities)):
-            raise ValueError("two items name the same object")
         return self
+
+
+@dataclasses.dataclass(frozen=True)
+class Unparsable:
+    """An item that could not be parsed: an Error of its own, while the others are synced."""
+
+    name: str
+    error: str
+
+
+def parse_items(spec: Spec) -> list[Item | Unparsable]:
+    """Every item parsed, or why it could not be."""
+    parsed: list[Item | Unparsable] = []
+    for each in spec.items:
+        try:
+            parsed.append(Item.parse(each))
+        except ItemError as exc:
+            parsed.append(Unparsable(each.name, str(exc)))
+    return parsed
 
 
 class AppliedRef(_Model):

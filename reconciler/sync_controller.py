@@ -14,6 +14,8 @@ import collections
 from collections.abc import Iterable
 from typing import Any
 
+import pydantic
+
 from clients import informer
 from contract import events
 from reconciler import controller, crds, model, settings, sync_resources, workqueue
@@ -111,12 +113,7 @@ class SyncResourceController(controller.Controller[Key]):
         placed = [
             (a.runtime, a.api_version.rpartition("/")[0], a.kind, a.namespace or "", a.name) for a in _records(obj)
         ]
-        named = []
-        for item in (obj.get("spec") or {}).get("items") or []:
-            resource = item.get("resource") if isinstance(item, dict) else None
-            if isinstance(resource, dict) and isinstance(resource.get("metadata"), dict):
-                group = str(resource.get("apiVersion", "")).rpartition("/")[0]
-                named.append((group, str(resource.get("kind", "")), str(resource["metadata"].get("name", ""))))
+        named = [(item.group, item.kind, item.object_name) for item in _items(obj)]
         for entry in placed:
             self._placed[entry].add(key)
         for name in named:
@@ -145,3 +142,12 @@ def _records(obj: dict[str, Any]) -> list[model.AppliedRef]:
 def _reported(obj: dict[str, Any]) -> list[dict[str, Any]]:
     entries = (obj.get("status") or {}).get("items") or []
     return [entry for entry in entries if isinstance(entry, dict)]
+
+
+def _items(obj: dict[str, Any]) -> list[model.Item]:
+    """The items that parse (those that do not name nothing an event could be about)."""
+    try:
+        spec = model.Spec.model_validate(obj.get("spec") or {})
+    except pydantic.ValidationError:
+        return []
+    return [item for item in model.parse_items(spec) if isinstance(item, model.Item)]

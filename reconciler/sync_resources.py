@@ -126,8 +126,7 @@ class SyncResourceReconciler:
         applied = model.applied_refs(resource.get("status"))
         if resource["metadata"].get("deletionTimestamp"):
             return await self._finalize(owner, resource, applied)
-        if FINALIZER not in (resource["metadata"].get("finalizers") or []):
-            await self._set_finalizers(key, resource, [*(resource["metadata"].get("finalizers") or []), FINALIZER])
+        resource = await self._mark(key, resource)
         try:
             spec = model.Spec.model_validate(resource.get("spec") or {})
         except pydantic.ValidationError as exc:
@@ -148,6 +147,7 @@ class SyncResourceReconciler:
                 items=[],
                 applied=applied,
             )
+        parsed = model.parse_items(spec)
         placements = sync_plan.place(
             spec,
             kymas={r: self._shared.labels_of(r) for r in self._shared.runtimes()},
@@ -162,7 +162,7 @@ class SyncResourceReconciler:
                 journal: Journal = {}
                 try:
                     async with asyncio.timeout(self._config.runtime_timeout_seconds):
-                        return await self._place(owner, spec, policy, runtime, placement, previously, journal)
+                        return await self._place(owner, spec, parsed, policy, runtime, placement, previously, journal)
                 except TimeoutError:
                     # Whatever was being written may exist now: keep its record, so it is released when unwanted.
                     message = f"runtime {runtime} did not finish within {self._config.runtime_timeout_seconds:g}s"
@@ -196,6 +196,11 @@ class SyncResourceReconciler:
             message=message,
             items=items,
             applied=[ref for outcome in outcomes for ref in outcome.applied],
+            summary={
+                "itemCount": len(spec.items),
+                "runtimeCount": counts[sync_plan.Placement.SYNC],
+                "ready": f"{sum(1 for i in items if i.state == model.State.READY)}/{len(items)}",
+            },
         )
         if state == model.State.ERROR:
             return workqueue.Result.failed(f"{key}: {message}")
@@ -219,6 +224,7 @@ class SyncResourceReconciler:
         self,
         owner: Owner,
         spec: model.Spec,
+        parsed: list[model.Item | model.Unparsable],
         policy: tenancy.Policy,
         runtime: str,
         placement: sync_plan.Placement,
@@ -226,7 +232,7 @@ class SyncResourceReconciler:
         journal: "Journal",
     ) -> RuntimeOutcome:
         if placement == sync_plan.Placement.SYNC:
-            return await self._sync_runtime(owner, spec.items, policy, runtime, previously, journal)
+            return await self._sync_runtime(owner, parsed, policy, runtime, previously, journal)
         if placement == sync_plan.Placement.FORBIDDEN:
             reason = f"no SyncBinding lets namespace {owner.key.namespace} target runtime {runtime}"
             return RuntimeOutcome([_status(i, runtime, model.State.FORBIDDEN, reason) for i in spec.items], previously)
@@ -267,7 +273,7 @@ class SyncResourceReconciler:
     async def _sync_runtime(
         self,
         owner: Owner,
-        items: Iterable[model.Item],
+        items: Iterable[model.Item | model.Unparsable],
         policy: tenancy.Policy,
         runtime: str,
         previously: list[model.AppliedRef],
@@ -285,22 +291,26 @@ class SyncResourceReconciler:
             )
         labels = self._shared.labels_of(runtime)
 
-        async def one(item: model.Item) -> ItemOutcome | Resolved:
+        async def one(item: model.Item | model.Unparsable) -> ItemOutcome | Resolved:
+            if isinstance(item, model.Unparsable):
+                return ItemOutcome(_status(item, runtime, model.State.ERROR, item.error))
             async with handle.limit:
                 return await self._resolve(handle.objects, item, runtime)
 
         resolutions = await aio.all_of(one(item) for item in items)
         claimed: dict[sync_plan.ObjectIdentity, str] = {}
 
-        async def act(item: model.Item, resolution: ItemOutcome | Resolved) -> ItemOutcome:
+        async def act(item: model.Item | model.Unparsable, resolution: ItemOutcome | Resolved) -> ItemOutcome:
             if isinstance(resolution, ItemOutcome):
                 return resolution
+            assert isinstance(item, model.Item)
             ref = resolution.ref
-            first = claimed.setdefault(_identity_of(ref), item.name)
-            if first != item.name:
-                message = f"names the same object as item {first} ({ref}): not synced"
-                return ItemOutcome(_status(item, runtime, model.State.ERROR, message), ref)
-            if item.strategy != model.Strategy.DELETE:
+            if not item.status_only:  # setting another's status claims nothing
+                first = claimed.setdefault(_identity_of(ref), item.name)
+                if first != item.name:
+                    message = f"names the same object as item {first} ({ref}): not synced"
+                    return ItemOutcome(_status(item, runtime, model.State.ERROR, message), ref)
+            if _may_write(item):
                 journal.setdefault(_identity_of(ref), _record(runtime, item, ref))
             async with handle.limit:
                 return await self._item(handle.objects, owner, item, resolution, policy, runtime, labels)
@@ -310,12 +320,12 @@ class SyncResourceReconciler:
         unresolved: set[str] = set()
         records: dict[sync_plan.ObjectIdentity, model.AppliedRef] = {}
         for item, outcome in zip(items, outcomes, strict=True):
-            if outcome.resolved is None:
+            if outcome.resolved is None or not isinstance(item, model.Item):
                 unresolved.add(item.name)
                 continue
             ref = outcome.resolved
             identity = _identity_of(ref)
-            if item.strategy != model.Strategy.DELETE:
+            if _may_write(item):
                 wanted.add(identity)  # a Delete item's object is released like any unwanted one
             if outcome.record:
                 records[identity] = _record(runtime, item, ref)
@@ -369,6 +379,9 @@ class SyncResourceReconciler:
             return ItemOutcome(_status(item, runtime, model.State.FORBIDDEN, refusal), ref)
         adoptable = policy.allows_adoption(item, resolved.destination, labels=labels)
         try:
+            if item.status_only:
+                state, message = await self._set_status_only(cluster, item, ref)
+                return ItemOutcome(_status(item, runtime, state, message), ref)
             if item.strategy == model.Strategy.DELETE:
                 state, message = await self._delete_item(cluster, owner, item, ref, adoptable=adoptable)
                 return ItemOutcome(_status(item, runtime, state, message), ref)
@@ -379,7 +392,7 @@ class SyncResourceReconciler:
             return ItemOutcome(
                 _status(item, runtime, model.State.ERROR, _describe(exc)),
                 ref,
-                record=item.strategy != model.Strategy.DELETE,
+                record=_may_write(item),
             )
 
     async def _apply_item(
@@ -388,14 +401,19 @@ class SyncResourceReconciler:
         """(state, message, whether the object is ours now)"""
         body = _marked(item, owner)
         live = await cluster.get(ref)
+        updating_only = item.strategy == model.Strategy.UPDATE_AND_DELETE
+        if live is None and updating_only:
+            return model.State.READY, "gone: nothing to update (UpdateAndDelete never creates); remove the item", False
         if live is None:
             try:
                 await cluster.create(body)
             except kube.ConflictError:
                 return model.State.ERROR, "created by someone else meanwhile; checking again", False
-            await self._apply_subresources(cluster, item, ref)
+            await self._apply_status(cluster, item, ref)
             return model.State.READY, "", True
         if live["metadata"].get("deletionTimestamp"):
+            if updating_only:
+                return model.State.DELETING, "being deleted: no longer updated; Ready once gone", owner.owns(live)
             return (
                 model.State.PROCESSING,
                 "the object is being deleted; it is created again once gone",
@@ -413,20 +431,31 @@ class SyncResourceReconciler:
             return model.State.READY, "", True
         body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
         await cluster.apply(body)
-        await self._apply_subresources(cluster, item, ref)
+        await self._apply_status(cluster, item, ref)
         return model.State.READY, "adopted" if holder is None else "", True
 
-    async def _apply_subresources(self, cluster: objects.ClusterObjects, item: model.Item, ref: objects.Ref) -> None:
-        for name, content in (item.subresource or {}).items():
-            await cluster.apply(
-                {
-                    "apiVersion": ref.api_version,
-                    "kind": ref.kind,
-                    "metadata": {"name": ref.name, **({"namespace": ref.namespace} if ref.namespace else {})},
-                    name: content,
-                },
-                subresource=name,
-            )
+    async def _set_status_only(
+        self, cluster: objects.ClusterObjects, item: model.Item, ref: objects.Ref
+    ) -> tuple[model.State, str]:
+        """A status-only item: the status of an object someone else creates, set while it exists."""
+        live = await cluster.get(ref)
+        if live is None:
+            if item.strategy == model.Strategy.UPDATE_AND_DELETE:
+                return model.State.READY, "gone: no status to set; remove the item"
+            return model.State.WARNING, "does not exist (yet): its status is set once it does"
+        if live["metadata"].get("deletionTimestamp"):
+            return model.State.DELETING, "being deleted: its status is no longer set"
+        await self._apply_status(cluster, item, ref)
+        return model.State.READY, ""
+
+    async def _apply_status(self, cluster: objects.ClusterObjects, item: model.Item, ref: objects.Ref) -> None:
+        if item.status is None:
+            return
+        identity = {"name": ref.name, **({"namespace": ref.namespace} if ref.namespace else {})}
+        await cluster.apply(
+            {"apiVersion": ref.api_version, "kind": ref.kind, "metadata": identity, "status": item.status},
+            subresource="status",
+        )
 
     async def _delete_item(
         self, cluster: objects.ClusterObjects, owner: Owner, item: model.Item, ref: objects.Ref, *, adoptable: bool
@@ -501,17 +530,30 @@ class SyncResourceReconciler:
             message = f"{len(remaining)} object(s) still to delete" + (f": {errors[0]}" if errors else "")
             await self._write_status(resource, state=model.State.DELETING, message=message, items=[], applied=remaining)
             return workqueue.Result.failed(message) if errors else workqueue.Result(requeue_after=_WAIT_FOR_DELETION)
-        await self._set_finalizers(
-            owner.key, resource, [f for f in resource["metadata"].get("finalizers") or [] if f != FINALIZER]
+        await self._patch_metadata(
+            owner.key,
+            resource,
+            {"finalizers": [f for f in resource["metadata"].get("finalizers") or [] if f != FINALIZER]},
         )
         return workqueue.Result()
 
-    async def _set_finalizers(self, key: Key, resource: dict[str, Any], finalizers: list[str]) -> None:
-        """Set the finalizers as of the version read (a concurrent change makes this retry, not overwrite)."""
-        await kube.merge_patch(
+    async def _mark(self, key: Key, resource: dict[str, Any]) -> dict[str, Any]:
+        """Our finalizer, and for a single-runtime SyncResource the kyma-name label; the object after."""
+        metadata = resource["metadata"]
+        changes: dict[str, Any] = {}
+        if FINALIZER not in (metadata.get("finalizers") or []):
+            changes["finalizers"] = [*(metadata.get("finalizers") or []), FINALIZER]
+        kyma = (resource.get("spec") or {}).get("kyma")
+        if isinstance(kyma, str) and (metadata.get("labels") or {}).get(wire.KYMA_NAME_LABEL) != kyma:
+            changes["labels"] = {wire.KYMA_NAME_LABEL: kyma}
+        return await self._patch_metadata(key, resource, changes) if changes else resource
+
+    async def _patch_metadata(self, key: Key, resource: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+        """Change metadata as of the version read (a concurrent change makes this retry, not overwrite)."""
+        return await kube.merge_patch(
             self._kcp,
             crds.SYNC_RESOURCE.object_path(key.namespace, key.name),
-            {"metadata": {"finalizers": finalizers, "resourceVersion": resource["metadata"]["resourceVersion"]}},
+            {"metadata": {**changes, "resourceVersion": resource["metadata"]["resourceVersion"]}},
         )
 
     async def _write_status(
@@ -522,8 +564,12 @@ class SyncResourceReconciler:
         message: str,
         items: list[model.ItemStatus],
         applied: list[model.AppliedRef],
+        summary: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Write status only when it says something new (its own watch event would loop otherwise); the object after."""
+        """Write status only when it says something new (its own watch event would loop otherwise); the object after.
+
+        ``summary``: itemCount, runtimeCount and ready (the printer columns), when known.
+        """
         old = resource.get("status") or {}
         metadata = resource["metadata"]
         generation = metadata.get("generation")
@@ -546,6 +592,7 @@ class SyncResourceReconciler:
                 a.model_dump(by_alias=True, exclude_none=True)
                 for a in sorted(applied, key=lambda a: (a.runtime, a.item))
             ],
+            **(summary or {}),
         }
         if all(old.get(k) == v for k, v in status.items()):
             return resource
@@ -607,7 +654,14 @@ def _identity(record: model.AppliedRef) -> sync_plan.ObjectIdentity:
     return _identity_of(_ref(record))
 
 
-def _status(item: model.Item, runtime: str, state: model.State, message: str = "") -> model.ItemStatus:
+def _may_write(item: model.Item) -> bool:
+    """Whether syncing the item may create or change the object itself (so it is recorded and kept)."""
+    return item.strategy != model.Strategy.DELETE and not item.status_only
+
+
+def _status(
+    item: model.Item | model.Unparsable | model.ItemSpec, runtime: str, state: model.State, message: str = ""
+) -> model.ItemStatus:
     return model.ItemStatus(name=item.name, runtime=runtime, state=state, message=message)
 
 

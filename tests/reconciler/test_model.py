@@ -1,25 +1,29 @@
-"""SyncResource items are validated before anything is sent: no item can name more than one path segment."""
+"""SyncResource items are parsed one by one before anything is sent: text or object, one object, one path segment."""
 
+import json
 from typing import Any
 
-import pydantic
 import pytest
 
 from reconciler import model
 
 
-def item(**resource: Any) -> dict[str, Any]:
+def resource(**fields: Any) -> dict[str, Any]:
     base: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ok", "namespace": "default"}}
-    for key, value in resource.items():
+    for key, value in fields.items():
         if key in ("name", "namespace"):
             base["metadata"][key] = value
         else:
             base[key] = value
-    return {"name": "i", "strategy": "Delete", "resource": base}
+    return base
+
+
+def parse(**item: Any) -> model.Item:
+    return model.Item.parse(model.ItemSpec.model_validate({"name": "i", "strategy": "CreateAndSync", **item}))
 
 
 @pytest.mark.parametrize(
-    "resource",
+    "fields",
     [
         pytest.param({"name": "x/../../secrets/token"}, id="dot-dot-in-name"),
         pytest.param({"name": "..%2Fsecrets%2Ftoken"}, id="encoded-slash-in-name"),
@@ -36,29 +40,102 @@ def item(**resource: Any) -> dict[str, Any]:
         pytest.param({"metadata": "none"}, id="metadata-not-an-object"),
     ],
 )
-def test_an_item_naming_anything_but_one_object_is_refused(resource: dict[str, Any]) -> None:
-    """apiVersion, kind, name and namespace are held to what the apiserver itself accepts."""
-    with pytest.raises(pydantic.ValidationError):
-        model.Spec.model_validate({"kyma": "skr-1", "items": [item(**resource)]})
+def test_an_item_naming_anything_but_one_object_is_refused(fields: dict[str, Any]) -> None:
+    """apiVersion, kind, name and namespace are held to what the apiserver itself accepts, object or text."""
+    with pytest.raises(model.ItemError):
+        parse(resource=resource(**fields))
+    with pytest.raises(model.ItemError):
+        parse(resource=json.dumps(resource(**fields)))
 
 
 @pytest.mark.parametrize(
-    "resource",
+    "fields",
     [
         pytest.param({}, id="configmap"),
         pytest.param({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "name": "a.b-c"}, id="grouped"),
         pytest.param({"apiVersion": "operator.kyma-project.io/v1beta2", "kind": "Kyma"}, id="beta-version"),
     ],
 )
-def test_valid_items_pass(resource: dict[str, Any]) -> None:
+def test_valid_items_pass(fields: dict[str, Any]) -> None:
     """Ordinary names and grouped kinds are accepted."""
-    spec = model.Spec.model_validate({"kyma": "skr-1", "items": [item(**resource)]})
-    assert spec.items[0].adoption == model.Adoption.NEVER
+    item = parse(resource=resource(**fields))
+    assert item.adoption == model.Adoption.NEVER and item.resource == resource(**fields)
 
 
-def test_two_items_naming_the_same_object_are_refused() -> None:
-    """One object, one item: otherwise two items would fight over it."""
-    first, second = item(), item()
-    second["name"] = "j"
-    with pytest.raises(pydantic.ValidationError, match="same object"):
-        model.Spec.model_validate({"kyma": "skr-1", "items": [first, second]})
+def test_yaml_text_is_the_same_item_as_the_object() -> None:
+    """The design document's form, ``resource: |``, parses to exactly what the object form gives."""
+    text = """
+        apiVersion: v1
+        kind: ConfigMap
+        metadata:
+          name: ok
+          namespace: default
+        data:
+          update.properties: |
+            foo=bar
+    """
+    assert parse(resource=text).resource == resource(data={"update.properties": "foo=bar\n"})
+
+
+@pytest.mark.parametrize(
+    ("item", "reason"),
+    [
+        pytest.param({"resource": "apiVersion: v1\nkind: [unclosed"}, "not valid YAML", id="broken-yaml"),
+        pytest.param({"resource": "just a string"}, "exactly one object", id="scalar"),
+        pytest.param({"resource": "a: 1\n---\nb: 2\n"}, "exactly one object", id="two-documents"),
+        pytest.param({"resource": "kind: ConfigMap\nmetadata: {name: x}"}, "apiVersion", id="no-api-version"),
+        pytest.param({}, "set resource, subresource, or both", id="nothing"),
+        pytest.param({"subresource": {"status": {}}}, "must name its object", id="anonymous-status"),
+        pytest.param(
+            {"resource": resource(), "subresource": {**resource(name="other"), "status": {}}},
+            "another object",
+            id="status-of-another-object",
+        ),
+        pytest.param({"resource": resource(), "subresource": {"scale": {}}}, "only the status", id="scale"),
+        pytest.param({"resource": resource(), "subresource": {"status": "ready"}}, "status object", id="bad-status"),
+        pytest.param(
+            {"strategy": "Delete", "subresource": {**resource(), "status": {}}}, "cannot be Delete", id="delete-status"
+        ),
+        pytest.param({"resource": "x" * (model.MAX_TEXT + 1)}, "longer than", id="too-long"),
+    ],
+)
+def test_a_bad_item_says_what_is_wrong(item: dict[str, Any], reason: str) -> None:
+    """Each mistake is this item's error with its reason, never an exception of another kind."""
+    with pytest.raises(model.ItemError, match=reason):
+        parse(**item)
+
+
+def test_a_status_only_item_names_its_object_from_the_subresource() -> None:
+    """The design document's module-CR form: no resource, a whole object with status; only the status is set."""
+    text = """
+        apiVersion: operator.kyma-project.io/v1alpha1
+        kind: SomeModule
+        metadata:
+          name: module-cr-name
+          namespace: kyma-system
+        status:
+          state: Ready
+    """
+    item = parse(subresource=text)
+    assert item.status_only and item.status == {"state": "Ready"}
+    assert (item.api_version, item.kind, item.object_name, item.namespace) == (
+        "operator.kyma-project.io/v1alpha1",
+        "SomeModule",
+        "module-cr-name",
+        "kyma-system",
+    )
+
+
+def test_one_bad_item_leaves_the_others_parsed() -> None:
+    """parse_items pairs the bad item with its error; the spec itself stays valid."""
+    spec = model.Spec.model_validate(
+        {
+            "kyma": "skr-1",
+            "items": [
+                {"name": "good", "strategy": "CreateAndSync", "resource": resource()},
+                {"name": "bad", "strategy": "CreateAndSync", "resource": "{not: [yaml"},
+            ],
+        }
+    )
+    good, bad = model.parse_items(spec)
+    assert isinstance(good, model.Item) and isinstance(bad, model.Unparsable) and "YAML" in bad.error

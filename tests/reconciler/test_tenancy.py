@@ -8,7 +8,9 @@ from reconciler import model, tenancy
 
 
 def item(resource: dict[str, Any]) -> model.Item:
-    return model.Item.model_validate({"name": "i", "strategy": "CreateAndSync", "resource": resource})
+    return model.Item.parse(
+        model.ItemSpec.model_validate({"name": "i", "strategy": "CreateAndSync", "resource": resource})
+    )
 
 
 def pod(**spec: Any) -> dict[str, Any]:
@@ -258,7 +260,6 @@ def test_kind_rules_refuse_an_invalid_group() -> None:
 
 def test_only_the_status_subresource_may_be_set() -> None:
     """Other subresources (scale, eviction, token requests) are not a way around the policy."""
-    with pytest.raises(ValueError, match="only the status subresource"):
-        model.Item.model_validate(
-            {"name": "i", "strategy": "CreateAndSync", "resource": CONFIGMAP, "subresource": {"token": {}}}
-        )
+    spec = {"name": "i", "strategy": "CreateAndSync", "resource": CONFIGMAP, "subresource": {"token": {}}}
+    with pytest.raises(model.ItemError, match="only the status subresource"):
+        model.Item.parse(model.ItemSpec.model_validate(spec))

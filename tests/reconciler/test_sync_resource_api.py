@@ -1,0 +1,256 @@
+"""The SyncResource API of the design document (seed 001) against a real KCP and runtime: text manifests,
+status-only items, UpdateAndDelete, strategy changes in every direction, per-item errors, status summary."""
+
+import itertools
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from clients import kube
+from contract import wire
+from reconciler import crds
+
+from ..waiting import eventually
+from .conftest import Kcp, bind
+
+pytestmark = pytest.mark.integration
+
+# The design document's example (seed 001), with its typos fixed: Configmap -> ConfigMap, the missing colon after
+# update.properties, the item indentation, and a Deployment spec where it says "....".
+DESIGN_EXAMPLE = """
+apiVersion: operator.kyma-project.io/v1alpha1
+kind: SyncResource
+metadata:
+  labels:
+    "operator.kyma-project.io/kyma-name": skr-1
+  name: design-example
+spec:
+  kyma: skr-1
+  items:
+  - strategy: CreateAndSync
+    name: config-update
+    resource: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+          name: config-update
+          namespace: kyma-system
+      data:
+          update.properties: |
+              foo=bar
+  - strategy: Delete
+    name: config-to-deleted
+    resource: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+          name: some-config
+          namespace: kyma-system
+  - strategy: CreateAndSync
+    name: module-cr
+    subresource: |
+      apiVersion: operator.kyma-project.io/v1alpha1
+      kind: SomeModule
+      metadata:
+          name: module-cr-name
+          namespace: kyma-system
+      status:
+        state: Ready
+  - strategy: CreateAndIgnore
+    name: some-deployment
+    resource: |
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata:
+          name: app
+          namespace: kyma-system
+      spec:
+          selector:
+            matchLabels: {app: app}
+          template:
+            metadata:
+              labels: {app: app}
+            spec:
+              containers: [{name: app, image: busybox}]
+"""
+
+SOME_MODULE = kube.Gvr("operator.kyma-project.io", "v1alpha1", "somemodules")
+
+
+def some_module_crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{SOME_MODULE.resource}.{SOME_MODULE.group}"},
+        "spec": {
+            "group": SOME_MODULE.group,
+            "scope": "Namespaced",
+            "names": {"kind": "SomeModule", "plural": SOME_MODULE.resource, "singular": "somemodule"},
+            "versions": [
+                {
+                    "name": SOME_MODULE.version,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
+
+
+async def test_the_design_documents_example_applies_as_yaml_text(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """The example, posted as YAML text: the ConfigMap and Deployment exist, some-config is gone, the module CR
+    (created by someone else) gets its status, every item is Ready; deleting the SyncResource removes only ours."""
+    runtime = kcp.skrs["skr-1"]
+    await kube.ensure_namespace(runtime, "kyma-system")
+    await crds.install(runtime, [some_module_crd()])
+    await kube.create_or_replace(
+        runtime,
+        SOME_MODULE.path("kyma-system"),
+        {
+            "apiVersion": "operator.kyma-project.io/v1alpha1",
+            "kind": "SomeModule",
+            "metadata": {"name": "module-cr-name"},
+        },
+    )
+    await kube.create_or_replace(
+        runtime, kube.CONFIGMAPS.path("kyma-system"), {"metadata": {"name": "some-config", **_ours()}}
+    )
+    await bind(kcp.api, kcp.namespace, targetNamespaces=["kyma-system"], allowAdoption=True)
+    manifest = yaml.safe_load(DESIGN_EXAMPLE)
+    manifest["metadata"]["namespace"] = kcp.namespace
+    manifest["spec"]["items"][1]["adoption"] = "IfUnmanaged"  # some-config was put there before kyma-sync
+    async with run_controller():
+        await kube.request(kcp.api, "POST", kcp.path(), body=manifest)
+        await eventually(lambda: _state_is(kcp, "design-example", "Ready"), what="Ready")
+        status = (await kcp.get("design-example") or {})["status"]
+        assert {i["name"]: i["state"] for i in status["items"]} == {
+            "config-update": "Ready",
+            "config-to-deleted": "Ready",
+            "module-cr": "Ready",
+            "some-deployment": "Ready",
+        }
+        assert (status["itemCount"], status["runtimeCount"], status["ready"]) == (4, 1, "4/4")
+        config = await kube.request(runtime, "GET", kube.CONFIGMAPS.object_path("kyma-system", "config-update"))
+        assert config["data"] == {"update.properties": "foo=bar\n"}
+        assert await kube.get_or_none(runtime, kube.CONFIGMAPS.object_path("kyma-system", "some-config")) is None
+        module_cr = await kube.request(runtime, "GET", SOME_MODULE.object_path("kyma-system", "module-cr-name"))
+        assert module_cr["status"] == {"state": "Ready"}
+        assert await kube.get_or_none(runtime, "/apis/apps/v1/namespaces/kyma-system/deployments/app") is not None
+        await kube.request(kcp.api, "DELETE", kcp.path("design-example"))
+        await eventually(lambda: _gone(kcp, "design-example"), what="deleted")
+    assert await kube.get_or_none(runtime, kube.CONFIGMAPS.object_path("kyma-system", "config-update")) is None
+    assert await kube.get_or_none(runtime, "/apis/apps/v1/namespaces/kyma-system/deployments/app") is None
+    assert await kube.get_or_none(runtime, SOME_MODULE.object_path("kyma-system", "module-cr-name")) is not None
+    await kube.request(runtime, "DELETE", SOME_MODULE.object_path("kyma-system", "module-cr-name"))
+
+
+async def test_changing_the_strategy_works_in_every_direction(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """One item walks all twelve strategy changes; after each the object is as the new strategy says."""
+    name = f"cm-{uuid.uuid4().hex[:6]}"
+    walk = ["S", "I", "U", "D", "S", "U", "I", "D", "U", "S", "D", "I", "S"]
+    strategies = {"S": "CreateAndSync", "I": "CreateAndIgnore", "U": "UpdateAndDelete", "D": "Delete"}
+    pairs = set(itertools.pairwise(walk))
+    assert len(pairs) == 12  # every ordered pair of two different strategies
+    expected: dict[str, str] | None = None  # the object's data, None when absent
+    async with run_controller():
+        for step, letter in enumerate(walk):
+            item = kcp.configmap(name, {"step": str(step)}, strategies[letter], item="the-item")
+            if step == 0:
+                await kcp.create("walk", {"kyma": "skr-1", "items": [item]})
+            else:
+                await kcp.patch_spec("walk", {"items": [item]})
+            # S writes; U writes only what exists; I writes only what is absent; D removes.
+            writes = letter == "S" or (letter == "U" and expected is not None) or (letter == "I" and expected is None)
+            if writes:
+                expected = {"step": str(step)}
+            elif letter == "D":
+                expected = None
+
+            async def settled(generation: int = step + 1) -> bool:
+                status = (await kcp.get("walk") or {}).get("status") or {}
+                return status.get("observedGeneration") == generation and status.get("state") == "Ready"
+
+            await eventually(settled, what=f"step {step} ({strategies[letter]}) Ready")
+            live = await kcp.configmap_in("skr-1", name)
+            assert (None if live is None else live.get("data")) == expected, f"after step {step} ({letter})"
+
+
+async def test_update_and_delete_stops_at_deletion_and_reports_gone(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """UpdateAndDelete keeps an existing object in sync; while it is being deleted (a finalizer holds it) the item is
+    Deleting and the object is left alone; once gone the item is Ready with 'gone', and it is never recreated."""
+    name = f"cm-{uuid.uuid4().hex[:6]}"
+    async with run_controller():
+        await kcp.create("uad", {"kyma": "skr-1", "items": [kcp.configmap(name, {"k": "v1"}, item="x")]})
+        await eventually(lambda: _state_is(kcp, "uad", "Ready"), what="created")
+        await kcp.patch_spec("uad", {"items": [kcp.configmap(name, {"k": "v2"}, "UpdateAndDelete", item="x")]})
+        await eventually(lambda: _data(kcp, name, {"k": "v2"}), what="updated")
+        path = kube.CONFIGMAPS.object_path(kcp.runtime_namespace, name)
+        await kube.merge_patch(kcp.skrs["skr-1"], path, {"metadata": {"finalizers": ["test/hold"]}})
+        await kube.request(kcp.skrs["skr-1"], "DELETE", path)
+        await kcp.patch_spec("uad", {"items": [kcp.configmap(name, {"k": "v3"}, "UpdateAndDelete", item="x")]})
+        await eventually(lambda: _state_is(kcp, "uad", "Deleting"), what="Deleting")
+        assert await _item_message_has(kcp, "uad", "being deleted")
+        assert await _data(kcp, name, {"k": "v2"})  # v3 is not applied to an object being deleted
+        await kube.merge_patch(kcp.skrs["skr-1"], path, {"metadata": {"finalizers": None}})
+        await eventually(lambda: _item_message_has(kcp, "uad", "gone: nothing to update"), what="reported gone")
+        assert await _state_is(kcp, "uad", "Ready")
+    assert await kcp.configmap_in("skr-1", name) is None
+
+
+async def test_a_bad_item_is_its_own_error_and_keeps_what_it_had(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """An item whose text breaks is that item's Error; the other items sync, and the object the broken item had
+    put there stays (its record too) until the item is fixed or removed."""
+    name = f"cm-{uuid.uuid4().hex[:6]}"
+    async with run_controller():
+        await kcp.create("broken", {"kyma": "skr-1", "items": [kcp.configmap(name, {"k": "v"}, item="was-good")]})
+        await eventually(lambda: _state_is(kcp, "broken", "Ready"), what="Ready")
+        broken = {"name": "was-good", "strategy": "CreateAndSync", "resource": "apiVersion: v1\nkind: [oops"}
+        other = kcp.configmap(f"{name}-other", {"k": "v"})
+        await kcp.patch_spec("broken", {"items": [broken, other]})
+        await eventually(lambda: _state_is(kcp, "broken", "Error"), what="Error")
+        await eventually(lambda: _data(kcp, f"{name}-other", {"k": "v"}), what="the other item synced")
+        status = (await kcp.get("broken") or {})["status"]
+        states = {i["name"]: i for i in status["items"]}
+        assert states["was-good"]["state"] == "Error" and "not valid YAML" in states["was-good"]["message"]
+        assert name in {a["name"] for a in status["applied"]}
+        assert await kcp.configmap_in("skr-1", name) is not None
+
+
+async def test_a_single_runtime_sync_resource_is_labelled_with_its_kyma(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """operator.kyma-project.io/kyma-name is set, so module managers can list a runtime's SyncResources."""
+    async with run_controller():
+        await kcp.create("labelled", {"kyma": "skr-2", "items": [kcp.configmap("cm-labelled", {"k": "v"})]})
+        await eventually(lambda: _state_is(kcp, "labelled", "Ready"), what="Ready")
+    labels = (await kcp.get("labelled") or {})["metadata"]["labels"]
+    assert labels[wire.KYMA_NAME_LABEL] == "skr-2"
+
+
+def _ours() -> dict[str, Any]:
+    return {"labels": {"test": "pre-existing"}}
+
+
+async def _data(kcp: Kcp, name: str, data: dict[str, str]) -> bool:
+    live = await kcp.configmap_in("skr-1", name)
+    return live is not None and live.get("data") == data
+
+
+async def _item_message_has(kcp: Kcp, name: str, text: str) -> bool:
+    status = (await kcp.get(name) or {}).get("status") or {}
+    return any(text in i.get("message", "") for i in status.get("items") or [])
+
+
+async def _state_is(kcp: Kcp, name: str, state: str) -> bool:
+    return await kcp.state(name) == state
+
+
+async def _gone(kcp: Kcp, name: str) -> bool:
+    return await kcp.get(name) is None
