@@ -128,6 +128,14 @@ def sync_resource_crd() -> dict[str, Any]:
                 "IfUnmanaged: take such an object over (Delete: delete it), if a SyncBinding sets allowAdoption. "
                 "Objects of another SyncResource or another kyma-sync controller never are.",
             },
+            "deletePolicy": {
+                "type": "string",
+                "enum": [p.value for p in model.DeletePolicy],
+                "default": model.DeletePolicy.DELETE.value,
+                "description": "What happens to the object when this item goes (removed, renamed, its runtime left "
+                "the group, the SyncResource deleted). Delete: it is deleted (if still ours). Orphan: it stays, "
+                "released from management (owner marker and synced-by label removed).",
+            },
         },
     }
     item_status = {
@@ -155,6 +163,7 @@ def sync_resource_crd() -> dict[str, Any]:
             "kind": {"type": "string"},
             "namespace": {"type": "string"},
             "name": {"type": "string"},
+            "deletePolicy": {"type": "string"},
         },
     }
     status = {

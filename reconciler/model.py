@@ -90,6 +90,13 @@ def _check(value: Any, pattern: str, *, what: str, max_length: int) -> str:
     return value
 
 
+class DeletePolicy(enum.StrEnum):
+    DELETE = "Delete"
+    """When the item goes (removed, renamed, its runtime left, the SyncResource deleted), its object is deleted."""
+    ORPHAN = "Orphan"
+    """Then its object stays, released from management: owner marker and synced-by label removed."""
+
+
 class ItemSpec(_Model):
     """An item as written in the SyncResource; parsed one by one, so a bad item is that item's Error."""
 
@@ -98,6 +105,7 @@ class ItemSpec(_Model):
     resource: dict[str, Any] | str | None = None
     subresource: dict[str, Any] | str | None = None
     adoption: Adoption = Adoption.NEVER
+    delete_policy: DeletePolicy = Field(default=DeletePolicy.DELETE, alias="deletePolicy")
 
 
 class ItemError(ValueError):
@@ -154,6 +162,7 @@ class Item:
     status_only: bool = False
     """The item only sets the status of an object someone else creates: never created, never deleted."""
     adoption: Adoption = Adoption.NEVER
+    delete_policy: DeletePolicy = DeletePolicy.DELETE
 
     @classmethod
     def parse(cls, spec: ItemSpec) -> "Item":
@@ -188,7 +197,7 @@ class Item:
         status_only = spec.resource is None
         if status_only and spec.strategy not in (Strategy.CREATE_AND_SYNC, Strategy.UPDATE_AND_DELETE):
             raise ItemError(f"a status-only item (no resource) cannot be {spec.strategy.value}")
-        return cls(spec.name, spec.strategy, resource, status, status_only, spec.adoption)
+        return cls(spec.name, spec.strategy, resource, status, status_only, spec.adoption, spec.delete_policy)
 
     @property
     def api_version(self) -> str:
@@ -256,6 +265,8 @@ class AppliedRef(_Model):
     kind: str
     namespace: str | None = None
     name: str
+    delete_policy: DeletePolicy | None = Field(default=None, alias="deletePolicy")
+    """Orphan: released without deleting (None: deleted, as always before this field existed)."""
 
 
 class ItemStatus(_Model):

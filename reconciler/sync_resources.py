@@ -510,6 +510,13 @@ class SyncResourceReconciler:
             return True
         if live["metadata"].get("deletionTimestamp"):
             return True
+        if record.delete_policy == model.DeletePolicy.ORPHAN:
+            await cluster.merge_patch(ref, _unmarking(live))
+            log.info(
+                "released object from management without deleting it (deletePolicy Orphan)",
+                extra={"key": str(owner.key), "runtime": record.runtime, "object": str(ref)},
+            )
+            return True
         await cluster.delete(ref, preconditions=_as_seen(live))
         log.info(
             "deleted object no longer wanted",
@@ -643,7 +650,19 @@ def _record(runtime: str, item: model.Item, ref: objects.Ref) -> model.AppliedRe
         kind=ref.kind,
         namespace=ref.namespace,
         name=ref.name,
+        deletePolicy=model.DeletePolicy.ORPHAN if item.delete_policy == model.DeletePolicy.ORPHAN else None,
     )
+
+
+def _unmarking(live: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch that removes our marks, valid only for the version seen (a changed object makes it fail)."""
+    return {
+        "metadata": {
+            "resourceVersion": live["metadata"]["resourceVersion"],
+            "labels": {wire.SYNCED_LABEL: None},
+            "annotations": {wire.OWNER_ANNOTATION: None, wire.SOURCE_ANNOTATION: None},
+        }
+    }
 
 
 def _identity_of(ref: objects.Ref) -> sync_plan.ObjectIdentity:

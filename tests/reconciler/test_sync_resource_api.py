@@ -223,6 +223,33 @@ async def test_a_bad_item_is_its_own_error_and_keeps_what_it_had(kcp: Kcp, run_c
         assert await kcp.configmap_in("skr-1", name) is not None
 
 
+async def test_an_orphaned_item_leaves_its_object_in_place_unmanaged(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """deletePolicy Orphan: removing the item keeps the object, without our marker and label (so nothing of ours
+    touches it again); deleting the SyncResource then deletes only the objects of Delete items."""
+    kept, dropped = f"cm-{uuid.uuid4().hex[:6]}", f"cm-{uuid.uuid4().hex[:6]}"
+    orphan = {**kcp.configmap(kept, {"k": "v"}), "deletePolicy": "Orphan"}
+    async with run_controller():
+        await kcp.create("orphan", {"kyma": "skr-1", "items": [orphan, kcp.configmap(dropped, {"k": "v"})]})
+        await eventually(lambda: _state_is(kcp, "orphan", "Ready"), what="Ready")
+        applied = {a["name"]: a for a in (await kcp.get("orphan") or {})["status"]["applied"]}
+        assert applied[kept]["deletePolicy"] == "Orphan" and "deletePolicy" not in applied[dropped]
+        await kcp.patch_spec("orphan", {"items": [kcp.configmap(dropped, {"k": "v"})]})
+
+        async def released() -> bool:
+            live = await kcp.configmap_in("skr-1", kept)
+            return live is not None and wire.OWNER_ANNOTATION not in (live["metadata"].get("annotations") or {})
+
+        await eventually(released, what="released from management")
+        await kube.request(kcp.api, "DELETE", kcp.path("orphan"))
+        await eventually(lambda: _gone(kcp, "orphan"), what="deleted")
+    live = await kcp.configmap_in("skr-1", kept)
+    assert live is not None and live["data"] == {"k": "v"}
+    assert wire.SYNCED_LABEL not in (live["metadata"].get("labels") or {})
+    assert await kcp.configmap_in("skr-1", dropped) is None
+
+
 async def test_a_single_runtime_sync_resource_is_labelled_with_its_kyma(
     kcp: Kcp, run_controller: Callable[..., Any]
 ) -> None:
