@@ -11,7 +11,7 @@ import pydantic
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from clients import bus, kube
+from clients import kube
 from kit import aio
 from observability import endpoints, logs, tracing
 from reconciler import (
@@ -120,19 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, kube.KubeError, kube.KubeconfigError) as exc:
         print(f"kyma-reconciler: {exc}", file=sys.stderr)
         return 1
-    except ExceptionGroup as group:
-        # A permission NATS denies is configuration (kyma-eventbus init --reconciler-modules), not an outage.
-        refused = group.subgroup(bus.BusRefusedError)
-        if refused is None:
-            raise
-        print(f"kyma-reconciler: NATS refused us: {_first_leaf(refused)}", file=sys.stderr)
-        return 1
     return 0
-
-
-def _first_leaf(group: BaseExceptionGroup[bus.BusRefusedError]) -> BaseException:
-    first = group.exceptions[0]
-    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from opentelemetry import trace
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from clients import bus
 from contract import errors as contract_errors
@@ -36,6 +36,8 @@ tracer = trace.get_tracer("kyma.reconciler")
 DEAD_LETTER_REASON = "Kyma-Dead-Letter-Reason"
 ORIGINAL_SUBJECT = "Kyma-Original-Subject"
 DELIVERIES = "Kyma-Deliveries"
+_REFUSED_RETRY_SECONDS = 60.0
+"""A refused durable is tried again this often: a permission granted by a server reload takes effect unaided."""
 
 
 class Action(enum.StrEnum):
@@ -71,7 +73,17 @@ class ConsumerSettings:
 
 
 class ConsumerMetrics:
+    """What the consumers report: events settled, dead letters, and durables NATS refuses us (with why)."""
+
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.refusals: dict[str, str] = {}
+        """Durable -> why NATS refuses it to our identity (a configuration error; readiness shows it)."""
+        self._refused = Gauge(
+            "kyma_reconciler_consumer_refused",
+            "1 while NATS refuses this durable to the reconciler's identity (a permission to grant)",
+            ["durable"],
+            registry=registry,
+        )
         self.messages = Counter(
             "kyma_reconciler_events",
             "Events settled, by module and action (ack, nak, term, dead_letter)",
@@ -84,6 +96,14 @@ class ConsumerMetrics:
             ["module"],
             registry=registry,
         )
+
+    def refused(self, durable: str, reason: str) -> None:
+        self.refusals[durable] = reason
+        self._refused.labels(durable).set(1)
+
+    def subscribed(self, durable: str) -> None:
+        self.refusals.pop(durable, None)
+        self._refused.labels(durable).set(0)
 
 
 def nak_delay(deliveries: int, settings: ConsumerSettings) -> float:
@@ -212,14 +232,31 @@ async def consume(
             if connection is None:
                 return
             try:
-                await _pull(connection, settings, handler, metrics, in_flight, stop=stop)
+                pull = await connection.pull_consumer(
+                    bus.ConsumerSettings(
+                        stream=settings.stream,
+                        durable=settings.durable,
+                        filter_subject=settings.subject,
+                        ack_wait_seconds=settings.ack_wait_seconds,
+                        max_ack_pending=settings.max_in_flight,
+                    )
+                )
+                backoff.reset()
+                metrics.subscribed(settings.durable)
+                await _pull(connection, pull, settings, handler, metrics, in_flight, stop=stop)
+            except bus.BusRefusedError as exc:
+                # Configuration, not an outage: the other modules' consumers and the controllers go on.
+                log.error(
+                    "NATS refuses this durable to our identity; grant it (kyma-eventbus) — retrying in a minute",
+                    extra={"durable": settings.durable, "error": str(exc)},
+                )
+                metrics.refused(settings.durable, str(exc))
+                await aio.sleep_unless(stop, _REFUSED_RETRY_SECONDS)
             except bus.BusUnavailableError as exc:
                 log.warning(
                     "consumer interrupted, reconnecting", extra={"durable": settings.durable, "error": str(exc)}
                 )
                 await aio.sleep_unless(stop, backoff.delay())
-            else:
-                backoff.reset()
             finally:
                 if stop.is_set() and in_flight:
                     await asyncio.gather(*in_flight, return_exceptions=True)  # settle on a live connection
@@ -231,6 +268,7 @@ async def consume(
 
 async def _pull(
     connection: bus.Bus,
+    pull: bus.PullConsumer,
     settings: ConsumerSettings,
     handler: Handler,
     metrics: ConsumerMetrics,
@@ -238,15 +276,6 @@ async def _pull(
     *,
     stop: asyncio.Event,
 ) -> None:
-    pull = await connection.pull_consumer(
-        bus.ConsumerSettings(
-            stream=settings.stream,
-            durable=settings.durable,
-            filter_subject=settings.subject,
-            ack_wait_seconds=settings.ack_wait_seconds,
-            max_ack_pending=settings.max_in_flight,
-        )
-    )
     while not stop.is_set():
         free = settings.max_in_flight - len(in_flight)
         if free <= 0:

@@ -107,15 +107,19 @@ class Controller(abc.ABC, Generic[K]):
         """Reconcile the keys an event is about; None when it is about nothing of ours.
 
         A failure carries, as ``requeue_after``, when the queue retries the key: the message is
-        redelivered then, so queue and bus retry on one schedule.
+        redelivered then, so queue and bus retry on one schedule. A key backing off after a failure
+        is not run early for an event (a runtime sending events about it must not make it spin): the
+        message simply waits for the queue's retry.
         """
         keys = list(dict.fromkeys(self.keys_for_event(event)))
         if not keys:
             return None
-        results = await asyncio.gather(*(self.queue.add(key) for key in keys))
-        failed = [(key, r) for key, r in zip(keys, results, strict=True) if not r.ok and not r.terminal]
-        if failed:
-            _, result = failed[0]
-            delay = max(self.queue.retry_delay(k) for k, _ in failed)
-            return dataclasses.replace(result, requeue_after=delay)
+        backing_off = {key: delay for key in keys if (delay := self.queue.retry_delay(key)) > 0}
+        ready = [key for key in keys if key not in backing_off]
+        results = await asyncio.gather(*(self.queue.add(key) for key in ready))
+        failed = [(key, r) for key, r in zip(ready, results, strict=True) if not r.ok and not r.terminal]
+        if failed or backing_off:
+            delay = max([self.queue.retry_delay(k) for k, _ in failed] + list(backing_off.values()))
+            error = failed[0][1].error if failed else f"backing off after a failure: {sorted(map(str, backing_off))}"
+            return workqueue.Result(error=error, requeue_after=delay)
         return next((r for r in results if r.terminal), workqueue.Result())

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from clients import kube
-from reconciler import model
+from reconciler import kinds, model
 
 GROUP = "operator.kyma-project.io"
 SYNC_RESOURCE = kube.Gvr(GROUP, "v1alpha1", "syncresources")
@@ -252,7 +252,7 @@ def _kind_rules(description: str) -> dict[str, Any]:
             "type": "object",
             "required": ["kind"],
             "properties": {
-                "group": {"type": "string", "description": 'API group ("" for the core group)'},
+                "group": _string(f"^$|{kinds.GROUP.pattern}", 253, 'API group ("" for the core group)'),
                 "kind": _string(model.KIND, 63, "the kind (or its plural)"),
             },
         },

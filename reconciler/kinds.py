@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 _VERSION = re.compile(r"^v\d+((alpha|beta)\d+)?$")
 _KIND = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,62}$")
-_GROUP = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+GROUP = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +36,7 @@ class GroupKind:
         else:
             raise ValueError(f"{text!r} is not [group/][version/]Kind")
         group = "" if group == "core" else group
-        if group and not _GROUP.fullmatch(group):
+        if group and not GROUP.fullmatch(group):
             raise ValueError(f"{text!r}: {group!r} is not an API group")
         if not _KIND.fullmatch(kind):
             raise ValueError(f"{text!r}: {kind!r} is not a kind")
@@ -56,7 +56,7 @@ class KindRule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     group: str = Field(
-        default="", pattern=f"^$|{_GROUP.pattern}", max_length=253, description='API group; "" for the core group'
+        default="", pattern=f"^$|{GROUP.pattern}", max_length=253, description='API group; "" for the core group'
     )
     kind: str = Field(pattern=_KIND.pattern, description="the kind, e.g. ConfigMap (plural accepted)")
 

@@ -33,9 +33,14 @@ class Manager:
         shared.kubeconfigs.subscribe(self._kubeconfig_changed)
 
     def readiness(self) -> str | None:
-        """None when every controller's caches have synced, else what is still listing."""
+        """None when every controller's caches have synced and NATS lets us use every durable; else why not."""
         waiting = sorted({name for c in self.controllers for name in c.unsynced()})
-        return f"caches not synced yet: {', '.join(waiting)}" if waiting else None
+        if waiting:
+            return f"caches not synced yet: {', '.join(waiting)}"
+        refused = self._consumer_metrics.refusals
+        return (
+            f"NATS refuses durable(s) {', '.join(sorted(refused))}: {next(iter(refused.values()))}" if refused else None
+        )
 
     async def run(self, *, stop: asyncio.Event) -> None:
         config = self.shared.config
@@ -73,7 +78,12 @@ class Manager:
             each.runtime_changed(change)
 
     def _kyma_changed(self, change: informer.Change) -> None:
-        content_only = change.old is not None and change.new is not None and _labels(change.old) == _labels(change.new)
+        content_only = (
+            change.old is not None
+            and change.new is not None
+            and change.old["metadata"].get("uid") == change.new["metadata"].get("uid")  # not recreated meanwhile
+            and _labels(change.old) == _labels(change.new)
+        )
         self._runtime_changed(controller.RuntimeChange(change.current["metadata"]["name"], content_only=content_only))
 
     def _kubeconfig_changed(self, change: informer.Change) -> None:

@@ -20,8 +20,9 @@ import asyncio
 import copy
 import dataclasses
 import datetime
+import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import pydantic
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 FINALIZER = "operator.kyma-project.io/sync-resource"
 COMPONENT = "kyma-sync-reconciler"
 _WAIT_FOR_DELETION = 2.0
+_FAN_OUT_SHARE = 0.8
+"""Of the reconcile's time limit, what the runtimes may take: the rest is for writing status and Events."""
 _NOTEWORTHY = (model.State.FORBIDDEN, model.State.CONFLICT, model.State.WARNING, model.State.ERROR)
 
 
@@ -154,25 +157,16 @@ class SyncResourceReconciler:
             recorded={a.runtime for a in applied},
             policy=policy,
         )
-        semaphore = asyncio.Semaphore(self._config.max_concurrent_runtimes)
-
-        async def bounded(runtime: str, placement: sync_plan.Placement) -> RuntimeOutcome:
-            async with semaphore:
-                previously = [a for a in applied if a.runtime == runtime]
-                journal: Journal = {}
-                try:
-                    async with asyncio.timeout(self._config.runtime_timeout_seconds):
-                        return await self._place(owner, spec, parsed, policy, runtime, placement, previously, journal)
-                except TimeoutError:
-                    # Whatever was being written may exist now: keep its record, so it is released when unwanted.
-                    message = f"runtime {runtime} did not finish within {self._config.runtime_timeout_seconds:g}s"
-                    kept = {_identity(r): r for r in (*previously, *journal.values())}
-                    statuses = [_status(i, runtime, model.State.ERROR, message) for i in spec.items]
-                    return RuntimeOutcome(
-                        statuses if placement == sync_plan.Placement.SYNC else [], list(kept.values()), message
-                    )
-
-        outcomes = await aio.all_of(bounded(r, p) for r, p in placements.items())
+        outcome_of = await self._fan_out(
+            owner,
+            applied,
+            {
+                runtime: functools.partial(self._place, owner, spec, parsed, policy, runtime, placement)
+                for runtime, placement in placements.items()
+            },
+            failed_items=lambda runtime: [] if placements[runtime] != sync_plan.Placement.SYNC else spec.items,
+        )
+        outcomes = [outcome_of[runtime] for runtime in placements]
         items = [status for outcome in outcomes for status in outcome.items]
         if spec.kyma is not None and self._shared.kyma(spec.kyma) is None:
             items += [
@@ -231,6 +225,7 @@ class SyncResourceReconciler:
         previously: list[model.AppliedRef],
         journal: "Journal",
     ) -> RuntimeOutcome:
+        """What to do in one runtime, by its placement; ``journal`` gets each record before its object is written."""
         if placement == sync_plan.Placement.SYNC:
             return await self._sync_runtime(owner, parsed, policy, runtime, previously, journal)
         if placement == sync_plan.Placement.FORBIDDEN:
@@ -244,6 +239,57 @@ class SyncResourceReconciler:
                 spec, runtime, (kyma.get("metadata") or {}).get("labels") or {}
             ),
         )
+
+    async def _fan_out(
+        self,
+        owner: Owner,
+        applied: list[model.AppliedRef],
+        work: dict[str, Callable[[list[model.AppliedRef], "Journal"], Awaitable[RuntimeOutcome]]],
+        *,
+        failed_items: Callable[[str], Iterable[model.ItemSpec]],
+    ) -> dict[str, RuntimeOutcome]:
+        """Each runtime's work, ``max_concurrent_runtimes`` at a time, each within ``runtime_timeout_seconds`` and
+        all within most of the reconcile's own time limit. Work cut short or failing unexpectedly in one runtime
+        still yields its records (what it had before, and what it journaled before writing), so nothing that may
+        exist is forgotten, and the other runtimes go on."""
+        semaphore = asyncio.Semaphore(self._config.max_concurrent_runtimes)
+        journals: dict[str, Journal] = {runtime: {} for runtime in work}
+        previously = {runtime: [a for a in applied if a.runtime == runtime] for runtime in work}
+        done: dict[str, RuntimeOutcome] = {}
+
+        def cut_short(runtime: str, why: str) -> RuntimeOutcome:
+            kept = {_identity(r): r for r in (*previously[runtime], *journals[runtime].values())}
+            statuses = [_status(i, runtime, model.State.ERROR, why) for i in failed_items(runtime)]
+            return RuntimeOutcome(statuses, list(kept.values()), why)
+
+        async def bounded(runtime: str) -> None:
+            async with semaphore:
+                try:
+                    async with asyncio.timeout(self._config.runtime_timeout_seconds):
+                        done[runtime] = await work[runtime](previously[runtime], journals[runtime])
+                except TimeoutError:
+                    why = f"runtime {runtime} did not finish within {self._config.runtime_timeout_seconds:g}s"
+                    done[runtime] = cut_short(runtime, why)
+                except Exception as exc:  # one runtime's surprise (a malformed answer) must not cost the others
+                    log.exception("syncing a runtime failed", extra={"key": str(owner.key), "runtime": runtime})
+                    done[runtime] = cut_short(runtime, f"runtime {runtime} failed unexpectedly: {exc!r}"[:500])
+
+        budget = self._config.reconcile_timeout_seconds * _FAN_OUT_SHARE
+        try:
+            async with asyncio.timeout(budget):
+                await aio.all_of(bounded(runtime) for runtime in work)
+        except TimeoutError:
+            log.warning("runtimes not reached in time", extra={"key": str(owner.key), "budget_seconds": budget})
+        return {
+            runtime: done.get(runtime) or cut_short(runtime, f"runtime {runtime} not reached within {budget:g}s")
+            for runtime in work
+        }
+
+    async def _release_runtime(
+        self, owner: Owner, runtime: str, previously: list[model.AppliedRef], journal: "Journal"
+    ) -> RuntimeOutcome:
+        """Everything recorded in ``runtime`` released (the SyncResource is being deleted); nothing is written."""
+        return await self._leave(owner, runtime, previously)
 
     async def _leave(
         self,
@@ -299,6 +345,11 @@ class SyncResourceReconciler:
 
         resolutions = await aio.all_of(one(item) for item in items)
         claimed: dict[sync_plan.ObjectIdentity, str] = {}
+        roles = frozenset(
+            (i.namespace or "default", i.object_name)
+            for i in items
+            if isinstance(i, model.Item) and (i.group, i.kind) == (tenancy.RBAC, "Role") and _may_write(i)
+        )
 
         async def act(item: model.Item | model.Unparsable, resolution: ItemOutcome | Resolved) -> ItemOutcome:
             if isinstance(resolution, ItemOutcome):
@@ -310,10 +361,15 @@ class SyncResourceReconciler:
                 if first != item.name:
                     message = f"names the same object as item {first} ({ref}): not synced"
                     return ItemOutcome(_status(item, runtime, model.State.ERROR, message), ref)
-            if _may_write(item):
+            destination = dataclasses.replace(resolution.destination, sibling_roles=roles)
+
+            def journaled() -> None:
                 journal.setdefault(_identity_of(ref), _record(runtime, item, ref))
+
             async with handle.limit:
-                return await self._item(handle.objects, owner, item, resolution, policy, runtime, labels)
+                return await self._item(
+                    handle.objects, owner, item, Resolved(ref, destination), policy, runtime, labels, journaled
+                )
 
         outcomes = await aio.all_of(act(item, r) for item, r in zip(items, resolutions, strict=True))
         wanted: set[sync_plan.ObjectIdentity] = set()
@@ -372,20 +428,26 @@ class SyncResourceReconciler:
         policy: tenancy.Policy,
         runtime: str,
         labels: dict[str, str],
+        before_write: Callable[[], None],
     ) -> ItemOutcome:
         ref = resolved.ref
         refusal = policy.refusal(item, resolved.destination, labels=labels)
         if refusal is not None:
             return ItemOutcome(_status(item, runtime, model.State.FORBIDDEN, refusal), ref)
-        adoptable = policy.allows_adoption(item, resolved.destination, labels=labels)
+        takeover = Takeover(
+            allowed=policy.allows_adoption(item, resolved.destination, labels=labels),
+            privileged_allowed=policy.allows_privileged(item, resolved.destination, labels=labels),
+        )
         try:
             if item.status_only:
                 state, message = await self._set_status_only(cluster, item, ref)
                 return ItemOutcome(_status(item, runtime, state, message), ref)
             if item.strategy == model.Strategy.DELETE:
-                state, message = await self._delete_item(cluster, owner, item, ref, adoptable=adoptable)
+                state, message = await self._delete_item(cluster, owner, item, ref, takeover=takeover)
                 return ItemOutcome(_status(item, runtime, state, message), ref)
-            state, message, record = await self._apply_item(cluster, owner, item, ref, adoptable=adoptable)
+            state, message, record = await self._apply_item(
+                cluster, owner, item, ref, takeover=takeover, before_write=before_write
+            )
             return ItemOutcome(_status(item, runtime, state, message), ref, record)
         except kube.KubeError as exc:
             # The write may or may not have happened: record it, the marker decides later.
@@ -396,15 +458,23 @@ class SyncResourceReconciler:
             )
 
     async def _apply_item(
-        self, cluster: objects.ClusterObjects, owner: Owner, item: model.Item, ref: objects.Ref, *, adoptable: bool
+        self,
+        cluster: objects.ClusterObjects,
+        owner: Owner,
+        item: model.Item,
+        ref: objects.Ref,
+        *,
+        takeover: "Takeover",
+        before_write: Callable[[], None],
     ) -> tuple[model.State, str, bool]:
-        """(state, message, whether the object is ours now)"""
+        """(state, message, whether the object is ours now); ``before_write`` is called before any write."""
         body = _marked(item, owner)
         live = await cluster.get(ref)
         updating_only = item.strategy == model.Strategy.UPDATE_AND_DELETE
         if live is None and updating_only:
             return model.State.READY, "gone: nothing to update (UpdateAndDelete never creates); remove the item", False
         if live is None:
+            before_write()
             try:
                 await cluster.create(body)
             except kube.ConflictError:
@@ -424,12 +494,13 @@ class SyncResourceReconciler:
             source = (live["metadata"].get("annotations") or {}).get(wire.SOURCE_ANNOTATION, holder)
             return model.State.CONFLICT, f"managed by SyncResource {source}", False
         if holder is None:
-            refusal = _adoption_refusal(item, live, adoptable=adoptable)
+            refusal = _adoption_refusal(item, live, takeover=takeover)
             if refusal is not None:
                 return model.State.WARNING, f"{refusal}: left alone", False
         if holder is not None and item.strategy == model.Strategy.CREATE_AND_IGNORE:
             return model.State.READY, "", True
         body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+        before_write()
         await cluster.apply(body)
         await self._apply_status(cluster, item, ref)
         return model.State.READY, "adopted" if holder is None else "", True
@@ -458,7 +529,7 @@ class SyncResourceReconciler:
         )
 
     async def _delete_item(
-        self, cluster: objects.ClusterObjects, owner: Owner, item: model.Item, ref: objects.Ref, *, adoptable: bool
+        self, cluster: objects.ClusterObjects, owner: Owner, item: model.Item, ref: objects.Ref, *, takeover: "Takeover"
     ) -> tuple[model.State, str]:
         live = await cluster.get(ref)
         if live is None:
@@ -467,7 +538,7 @@ class SyncResourceReconciler:
         if holder is not None and holder != owner.uid:
             return model.State.CONFLICT, "managed by another SyncResource: not deleted"
         if holder is None:
-            refusal = _adoption_refusal(item, live, adoptable=adoptable)
+            refusal = _adoption_refusal(item, live, takeover=takeover)
             if refusal is not None:
                 return model.State.WARNING, f"{refusal}: not deleted"
         if not live["metadata"].get("deletionTimestamp"):
@@ -527,10 +598,16 @@ class SyncResourceReconciler:
     async def _finalize(
         self, owner: Owner, resource: dict[str, Any], applied: list[model.AppliedRef]
     ) -> workqueue.Result:
-        outcomes = [
-            await self._leave(owner, runtime, [a for a in applied if a.runtime == runtime])
-            for runtime in sorted({a.runtime for a in applied})
-        ]
+        outcome_of = await self._fan_out(
+            owner,
+            applied,
+            {
+                runtime: functools.partial(self._release_runtime, owner, runtime)
+                for runtime in {a.runtime for a in applied}
+            },
+            failed_items=lambda runtime: [],
+        )
+        outcomes = list(outcome_of.values())
         remaining = [ref for outcome in outcomes for ref in outcome.applied]
         if remaining:
             errors = [o.error for o in outcomes if o.error]
@@ -684,14 +761,32 @@ def _status(
     return model.ItemStatus(name=item.name, runtime=runtime, state=state, message=message)
 
 
-def _adoption_refusal(item: model.Item, live: dict[str, Any], *, adoptable: bool) -> str | None:
-    """Why an existing object without an owner marker may not be taken over (or deleted) by ``item``, or None."""
+@dataclasses.dataclass(frozen=True)
+class Takeover:
+    """What the SyncBindings let an item do with an existing object that carries no owner marker."""
+
+    allowed: bool
+    """A binding admitting the item sets allowAdoption."""
+    privileged_allowed: bool
+    """A binding admitting the item sets allowPrivileged (checked against the live object, not the item's body)."""
+
+
+def _adoption_refusal(item: model.Item, live: dict[str, Any], *, takeover: Takeover) -> str | None:
+    """Why an existing object without an owner marker may not be taken over (or deleted) by ``item``, or None.
+
+    The live object is classified too: a server-side apply keeps the fields others own, so a harmless
+    body adopting a privileged object (a hostPID DaemonSet) would run the tenant's changes privileged.
+    """
     if ((live["metadata"].get("labels") or {}).get(wire.SYNCED_LABEL)) is not None:
         return "exists, written by another kyma-sync controller"
     if item.adoption != model.Adoption.IF_UNMANAGED:
         return "exists, not managed by kyma-sync (adoption: IfUnmanaged would take it over)"
-    if not adoptable:
+    if not takeover.allowed:
         return "exists, not managed by kyma-sync, and no SyncBinding allows adoption (allowAdoption)"
+    if not takeover.privileged_allowed:
+        reason = tenancy.privileged_reason(live, group=item.group, kind=item.kind)
+        if reason:
+            return f"exists and is privileged ({reason}), which no SyncBinding here allows"
     return None
 
 

@@ -22,7 +22,7 @@ Pure: the reconciler asks, this module answers with a reason or None.
 """
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,7 +32,7 @@ from reconciler import model
 
 DEFAULT_PROTECTED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "kyma-system", "istio-system")
 
-_RBAC = "rbac.authorization.k8s.io"
+RBAC = "rbac.authorization.k8s.io"
 _ALWAYS_PRIVILEGED = frozenset(
     {
         ("apiextensions.k8s.io", "CustomResourceDefinition"),
@@ -44,8 +44,8 @@ _ALWAYS_PRIVILEGED = frozenset(
         ("admissionregistration.k8s.io", "MutatingAdmissionPolicyBinding"),
         ("apiregistration.k8s.io", "APIService"),
         ("certificates.k8s.io", "CertificateSigningRequest"),
-        (_RBAC, "ClusterRole"),
-        (_RBAC, "ClusterRoleBinding"),
+        (RBAC, "ClusterRole"),
+        (RBAC, "ClusterRoleBinding"),
         ("", "Node"),
         ("", "PersistentVolume"),
         ("scheduling.k8s.io", "PriorityClass"),
@@ -54,12 +54,19 @@ _ALWAYS_PRIVILEGED = frozenset(
         ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
         ("storage.k8s.io", "StorageClass"),
         ("storage.k8s.io", "CSIDriver"),
+        ("storage.k8s.io", "VolumeAttachment"),
+        ("networking.k8s.io", "ServiceCIDR"),
+        ("networking.k8s.io", "IPAddress"),
+        ("certificates.k8s.io", "ClusterTrustBundle"),
+        # Hand-written endpoints can point a Service at any address, the node's own included (CVE-2021-25740).
+        ("", "Endpoints"),
+        ("discovery.k8s.io", "EndpointSlice"),
     }
 )
 _ESCALATING_VERBS = frozenset({"*", "escalate", "bind", "impersonate"})
-_SENSITIVE_RESOURCES = frozenset(
-    {"*", "secrets", "pods/exec", "pods/attach", "pods/portforward", "serviceaccounts/token", "nodes/proxy"}
-)
+_SENSITIVE_RESOURCES = frozenset({"*", "secrets"})
+_SENSITIVE_SUBRESOURCES = frozenset({"*", "exec", "attach", "portforward", "token", "proxy", "ephemeralcontainers"})
+_APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 _SAFE_SYSCTLS = frozenset(
     {
         "kernel.shm_rmid_forced",
@@ -75,7 +82,7 @@ _SAFE_SYSCTLS = frozenset(
     }
 )
 _CONTAINER_SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t"})
-_PRIVILEGED_POD_SECURITY = frozenset({"pod-security.kubernetes.io/enforce", "pod-security.kubernetes.io/warn"})
+_POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 _BASELINE_CAPABILITIES = frozenset(
     {
         "AUDIT_WRITE",
@@ -154,32 +161,72 @@ def _pod_spec_reason(spec: dict[str, Any]) -> str | None:
     return None
 
 
+def _sensitive(resource: str) -> bool:
+    """A resource RBAC rule that reaches secrets, a shell in a pod, or a token — wildcards included (``*/exec``)."""
+    if resource in _SENSITIVE_RESOURCES:
+        return True
+    _, slash, subresource = resource.partition("/")
+    return bool(slash) and subresource in _SENSITIVE_SUBRESOURCES
+
+
+def is_builtin_group(group: str) -> bool:
+    """Kubernetes' own API groups (core, apps, batch, policy, *.k8s.io): their status drives real behaviour."""
+    return group == "" or "." not in group or group.endswith(".k8s.io")
+
+
 def privileged_reason(resource: dict[str, Any], *, group: str, kind: str) -> str | None:
-    """Why putting ``resource`` into a runtime equals cluster-admin there, or None."""
+    """Why putting ``resource`` into a runtime equals cluster-admin there, or None.
+
+    A body the classifier cannot read (a field of the wrong type) counts as privileged: what is not
+    understood is not admitted.
+    """
+    try:
+        return _privileged_reason(resource, group=group, kind=kind)
+    except (AttributeError, TypeError, ValueError) as exc:
+        return f"cannot be classified ({type(exc).__name__}: a field has an unexpected type)"
+
+
+def _privileged_reason(resource: dict[str, Any], *, group: str, kind: str) -> str | None:
     if (group, kind) in _ALWAYS_PRIVILEGED:
         return f"{kind} is cluster-admin-equivalent"
-    if group == _RBAC and kind == "RoleBinding" and _at(resource, ("roleRef", "kind")) == "ClusterRole":
-        return "a RoleBinding to a ClusterRole"
-    if group == _RBAC and kind == "Role":
+    if group == RBAC and kind == "RoleBinding":
+        if _at(resource, ("roleRef", "kind")) == "ClusterRole":
+            return "a RoleBinding to a ClusterRole"
+        for subject in resource.get("subjects") or []:
+            if str(subject.get("name", "")).startswith("system:"):
+                return f"a RoleBinding to {subject['name']}"
+    if group == RBAC and kind == "Role":
         for rule in resource.get("rules") or []:
-            if not isinstance(rule, dict):
-                continue
-            if _ESCALATING_VERBS & set(rule.get("verbs") or []) or _SENSITIVE_RESOURCES & set(
-                rule.get("resources") or []
+            if _ESCALATING_VERBS & set(rule.get("verbs") or []) or any(
+                _sensitive(str(r)) for r in rule.get("resources") or []
             ):
-                return "a Role granting wildcards, escalate, bind, impersonate, secrets, exec or tokens"
+                return "a Role granting wildcards, escalate, bind, impersonate, secrets, exec, attach or tokens"
     if group == "" and kind == "Service" and _at(resource, ("spec", "externalIPs")):
         return "a Service with externalIPs (can intercept any address's traffic)"
     if group == "" and kind == "Namespace":
         labels = _at(resource, ("metadata", "labels")) or {}
-        if any(labels.get(label) == "privileged" for label in _PRIVILEGED_POD_SECURITY):
+        if labels.get(_POD_SECURITY_ENFORCE) == "privileged":
             return "a Namespace that admits privileged pods"
     for path in _POD_SPEC_PATHS:
         spec = _at(resource, path)
         if isinstance(spec, dict) and isinstance(spec.get("containers"), list):
+            annotations = _at(resource, (*path[:-1], "metadata", "annotations")) or {}
+            if any(k.startswith(_APPARMOR_ANNOTATION) and v == "unconfined" for k, v in annotations.items()):
+                return "pod runs without apparmor"
             reason = _pod_spec_reason(spec)
             if reason:
                 return reason
+    return None
+
+
+def _context_reason(item: model.Item, destination: "Destination") -> str | None:
+    """What is privileged about the item given where it lands and what else the SyncResource puts there."""
+    if item.status is not None and is_builtin_group(item.group):
+        return f"sets the status of a built-in kind ({item.kind}), which Kubernetes acts on"
+    if (item.group, item.kind) == (RBAC, "RoleBinding") and _at(item.resource, ("roleRef", "kind")) == "Role":
+        role = (destination.namespace or "default", str(_at(item.resource, ("roleRef", "name"))))
+        if role not in destination.sibling_roles:
+            return f"a RoleBinding to Role {role[1]}, which this SyncResource does not define"
     return None
 
 
@@ -191,6 +238,8 @@ class Destination:
     """The namespace it is stored in (``default`` when a namespaced item names none); None: cluster-scoped."""
     names: tuple[str, ...] = ()
     """What the runtime calls the kind besides its kind: plural and singular resource names."""
+    sibling_roles: frozenset[tuple[str, str]] = frozenset()
+    """(namespace, name) of the Roles the same SyncResource puts there: the only Roles its RoleBindings may bind."""
 
 
 class BindingSpec(BaseModel):
@@ -237,7 +286,9 @@ class BindingSpec(BaseModel):
         elif namespace in protected and not self.allow_privileged:
             return f"namespace {namespace} is protected"
         if not self.allow_privileged:
-            reason = privileged_reason(item.resource, group=item.group, kind=item.kind)
+            reason = privileged_reason(item.resource, group=item.group, kind=item.kind) or _context_reason(
+                item, destination
+            )
             if reason:
                 return f"privileged: {reason}"
         return None
@@ -264,8 +315,21 @@ class Policy:
 
     def allows_adoption(self, item: model.Item, destination: Destination, *, labels: dict[str, str]) -> bool:
         """Whether a binding that admits ``item`` there also lets it take over an unmanaged object."""
+        return self._admitting_binding_with(item, destination, labels, lambda b: b.allow_adoption)
+
+    def allows_privileged(self, item: model.Item, destination: Destination, *, labels: dict[str, str]) -> bool:
+        """Whether a binding that admits ``item`` there allows privileged objects (checked on what it would adopt)."""
+        return self._admitting_binding_with(item, destination, labels, lambda b: b.allow_privileged)
+
+    def _admitting_binding_with(
+        self,
+        item: model.Item,
+        destination: Destination,
+        labels: dict[str, str],
+        having: Callable[[BindingSpec], bool],
+    ) -> bool:
         return any(
-            b.allow_adoption
+            having(b)
             and b.runtime_selector.matches(labels)
             and b.refusal(item, destination, protected=self.protected) is None
             for b in self.bindings

@@ -115,7 +115,10 @@ def test_listener_chart_config_matches_the_ingress_mode(helm: Path, values: list
     for policy in policies:
         events_rule = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == config.port)
         [source] = events_rule["from"]
-        assert source == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}
+        assert source == {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "ingress-nginx"}},
+        }
 
 
 def test_listener_chart_refuses_forwarding_without_trusted_proxies(helm: Path) -> None:
@@ -226,8 +229,10 @@ def test_default_values_route_every_watched_module_end_to_end(helm: Path) -> Non
     reconciler = reconciler_settings.ReconcilerSettings.model_validate(
         embedded(render(helm, "kyma-reconciler", namespace="kcp-system"), "reconciler.yaml")
     )
+    init = eventbus_cli.parser().parse_args(["init", "d", "--host", "h"])
     reported = {w.module for w in watcher.watches}
-    consumed = {wire.SYNC_MODULE} | {k.module for k in reconciler.mirror.kinds}
-    granted = set(eventbus_cli.parser().parse_args(["init", "d", "--host", "h"]).reconciler_modules.split(","))
+    mirrored = {k.module for k in reconciler.mirror.kinds} if reconciler.mirror.enabled else set()
+    consumed = {wire.SYNC_MODULE} | mirrored
     assert reported <= set(listener.default_runtime_modules) <= set(listener.modules)
-    assert reported <= consumed <= granted
+    assert reported <= consumed <= set(init.reconciler_modules.split(","))
+    assert reconciler.nats.durable_prefix == init.durable_prefix

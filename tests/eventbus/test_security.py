@@ -149,9 +149,9 @@ async def test_the_reconciler_uses_only_its_own_durables(connect: Connect) -> No
     assert await refused(js.add_stream(name="ROGUE", subjects=["rogue.>"]), complaints, "STREAM.CREATE.ROGUE")
 
 
-async def test_a_reconciler_denied_its_durable_stops_with_the_reason(bare_nats: nats_mod.NatsServer) -> None:
-    """A module the reconciler identity was not granted is a configuration error, not an outage: consume() stops
-    with BusRefusedError naming the durable, instead of reconnecting forever."""
+async def test_a_reconciler_denied_its_durable_says_so(bare_nats: nats_mod.NatsServer) -> None:
+    """A module the reconciler identity was not granted is a configuration error, not an outage: the consumer
+    reports the refusal (for readiness and a metric) naming the durable, instead of looking like NATS is down."""
     settings = consumer.ConsumerSettings(
         servers=(bare_nats.url,),
         subject="kyma.events.not-granted.*",
@@ -163,13 +163,16 @@ async def test_a_reconciler_denied_its_durable_stops_with_the_reason(bare_nats: 
     async def handler(event: events.ChangeEvent) -> None:
         raise AssertionError("nothing can be delivered")
 
-    with pytest.raises(bus.BusRefusedError, match="kyma-reconciler-not-granted"):
-        await asyncio.wait_for(
-            consumer.consume(
-                settings, handler, metrics=consumer.ConsumerMetrics(CollectorRegistry()), stop=asyncio.Event()
-            ),
-            timeout=30,
-        )
+    registry = CollectorRegistry()
+    metrics, stop = consumer.ConsumerMetrics(registry), asyncio.Event()
+    consuming = asyncio.create_task(consumer.consume(settings, handler, metrics=metrics, stop=stop))
+    try:
+        await eventually(lambda: settings.durable in metrics.refusals, what="the refusal reported")
+    finally:
+        stop.set()
+        await consuming
+    assert "may not use durable kyma-reconciler-not-granted" in metrics.refusals[settings.durable]
+    assert registry.get_sample_value("kyma_reconciler_consumer_refused", {"durable": settings.durable}) == 1
 
 
 async def test_once_every_consumer_acked_the_stream_holds_nothing(

@@ -155,7 +155,7 @@ async def test_a_reconcile_longer_than_ack_wait_is_not_redelivered(
     async def handler(event: events.ChangeEvent) -> workqueue.Result | None:
         nonlocal calls
         calls += 1
-        await asyncio.sleep(3)
+        await asyncio.sleep(6)  # three ack waits: only heartbeats keep it
         return workqueue.Result()
 
     registry = CollectorRegistry()
@@ -167,7 +167,7 @@ async def test_a_reconcile_longer_than_ack_wait_is_not_redelivered(
         subject=f"kyma.events.{module}.*",
         durable=f"d-{module}",
         stream=bus.StreamSettings().name,
-        ack_wait_seconds=1,
+        ack_wait_seconds=2,  # heartbeats every 2/3 s leave slack for a busy machine
     )
     stop = asyncio.Event()
     consuming = asyncio.create_task(consumer.consume(settings, handler, metrics=metrics, stop=stop))

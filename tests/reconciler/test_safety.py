@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry
 
 from clients import kube
 from contract import events, wire
-from reconciler import cli, crds, settings
+from reconciler import cli, crds, settings, sync_controller
 
 from ..factories import configmap_event
-from ..waiting import eventually, more_reconciles
+from ..waiting import eventually, more_reconciles, reconciles
 from .conftest import Kcp, bind, register_runtime
 
 pytestmark = pytest.mark.integration
@@ -279,6 +279,38 @@ async def test_adoption_is_the_bindings_decision_not_the_tenants(kcp: Kcp, run_c
     assert states["users-cm"][0] == "Ready"
 
 
+async def test_a_harmless_body_cannot_adopt_a_privileged_object(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """Adoption is a server-side apply that keeps the fields others own: a body that only sets an image, adopting a
+    hostPID Deployment, would run that image on the host. The live object is classified too, and refused."""
+    name = f"host-{uuid.uuid4().hex[:6]}"
+
+    def deployment(image: str, **pod_spec: Any) -> dict[str, Any]:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": kcp.runtime_namespace},
+            "spec": {
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "c", "image": image}], **pod_spec},
+                },
+            },
+        }
+
+    path = f"/apis/apps/v1/namespaces/{kcp.runtime_namespace}/deployments"
+    await kube.request(kcp.skrs["skr-1"], "POST", path, body=deployment("node-agent", hostPID=True))
+    await bind(kcp.api, kcp.namespace, allowAdoption=True)
+    item = {"name": "adopt", "strategy": "CreateAndSync", "resource": deployment("evil"), "adoption": "IfUnmanaged"}
+    async with run_controller():
+        await kcp.create("takeover", {"kyma": "skr-1", "items": [item]})
+        await eventually(lambda: _state_is(kcp, "takeover", "Warning"), what="Warning")
+    [status] = (await kcp.get("takeover") or {})["status"]["items"]
+    assert "privileged" in status["message"] and "hostPID" in status["message"]
+    live = await kube.request(kcp.skrs["skr-1"], "GET", f"{path}/{name}")
+    assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "node-agent"
+
+
 async def test_an_item_without_a_namespace_is_held_to_where_it_lands(
     kcp: Kcp, run_controller: Callable[..., Any]
 ) -> None:
@@ -486,3 +518,32 @@ async def test_a_runtime_cut_short_keeps_the_record_of_what_was_written(
 
 async def _absent(kcp: Kcp, runtime: str, name: str) -> bool:
     return await kcp.configmap_in(runtime, name) is None
+
+
+async def test_events_about_a_failing_sync_resource_wait_for_its_backoff(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A runtime posting events about an object of a failing SyncResource cannot make it spin: while the key backs
+    off, an event runs nothing and its message is told to come back when the queue retries."""
+    name = f"cm-{uuid.uuid4().hex[:6]}"
+    failing = {
+        "name": "failing",
+        "strategy": "CreateAndSync",
+        "resource": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "no-such-ns"}},
+    }
+    async with run_controller() as running:
+        await kcp.create("spin", {"kyma": "skr-1", "items": [failing]})
+        await eventually(lambda: _state_is(kcp, "spin", "Error"), what="Error")
+        [sync] = [c for c in running.controllers if c.name == "sync_resources"]
+        await eventually(lambda: sync.queue.retry_delay(_key(kcp, "spin")) > 0, what="backing off")
+        before = reconciles(running.shared.registry, "sync_resources")
+        results = [
+            await sync.on_event(configmap_event("kyma-sync", "skr-1", name=name, namespace="no-such-ns"))
+            for _ in range(20)
+        ]
+        assert reconciles(running.shared.registry, "sync_resources") == before
+    assert all(r is not None and not r.ok and (r.requeue_after or 0) > 0 for r in results)
+
+
+def _key(kcp: Kcp, name: str) -> sync_controller.Key:
+    return sync_controller.Key(kcp.namespace, name)

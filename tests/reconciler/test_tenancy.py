@@ -32,8 +32,9 @@ def deployment(container: dict[str, Any]) -> dict[str, Any]:
 
 
 def where(resource: dict[str, Any], *names: str) -> tenancy.Destination:
-    """As the runtime would store it: these tests name the namespace of every namespaced object."""
-    return tenancy.Destination(resource["metadata"].get("namespace"), names)
+    """As the runtime would store it: these tests name the namespace of every namespaced object (and a Role
+    ``defined-here`` in apps is one the same SyncResource puts there)."""
+    return tenancy.Destination(resource["metadata"].get("namespace"), names, frozenset({("apps", "defined-here")}))
 
 
 def refusal(policy: tenancy.Policy, resource: dict[str, Any], *names: str, **labels: str) -> str | None:
@@ -150,6 +151,61 @@ CONFIGMAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", 
             id="role-exec",
         ),
         pytest.param(pod(securityContext={"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}), id="unsafe-sysctl"),
+        pytest.param(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": "r", "namespace": "apps"},
+                "rules": [{"apiGroups": [""], "resources": ["*/exec"], "verbs": ["create"]}],
+            },
+            id="role-wildcard-exec",
+        ),
+        pytest.param(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": "r", "namespace": "apps"},
+                "rules": [{"apiGroups": [""], "resources": ["pods/ephemeralcontainers"], "verbs": ["patch"]}],
+            },
+            id="role-ephemeral-containers",
+        ),
+        pytest.param(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": "b", "namespace": "apps"},
+                "roleRef": {"kind": "Role", "name": "defined-here"},
+                "subjects": [{"kind": "Group", "name": "system:unauthenticated"}],
+            },
+            id="rolebinding-to-system-group",
+        ),
+        pytest.param(
+            {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "e", "namespace": "apps"}}, id="endpoints"
+        ),
+        pytest.param(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": "p",
+                    "namespace": "apps",
+                    "annotations": {"container.apparmor.security.beta.kubernetes.io/c": "unconfined"},
+                },
+                "spec": {"containers": [{"name": "c", "image": "x"}]},
+            },
+            id="apparmor-annotation",
+        ),
+        pytest.param(deployment({"securityContext": "x"}), id="malformed-security-context"),
+        pytest.param(deployment({"securityContext": {"capabilities": {"add": 5}}}), id="malformed-capabilities"),
+        pytest.param(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": "r", "namespace": "apps"},
+                "rules": [{"verbs": [{}]}],
+            },
+            id="malformed-rule",
+        ),
         pytest.param(pod(securityContext={"seLinuxOptions": {"type": "spc_t"}}), id="selinux-spc"),
         pytest.param(
             deployment({"securityContext": {"appArmorProfile": {"type": "Unconfined"}}}), id="apparmor-unconfined"
@@ -263,3 +319,36 @@ def test_only_the_status_subresource_may_be_set() -> None:
     spec = {"name": "i", "strategy": "CreateAndSync", "resource": CONFIGMAP, "subresource": {"token": {}}}
     with pytest.raises(model.ItemError, match="only the status subresource"):
         model.Item.parse(model.ItemSpec.model_validate(spec))
+
+
+def test_a_role_binding_binds_only_roles_of_its_own_sync_resource() -> None:
+    """A RoleBinding to a Role someone else made in the namespace could hand out anything that Role grants."""
+    binding_to = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "b", "namespace": "apps"},
+        "roleRef": {"kind": "Role", "name": "defined-here"},
+        "subjects": [{"kind": "ServiceAccount", "name": "app", "namespace": "apps"}],
+    }
+    policy = tenancy.policy_for("team-a", [binding()])
+    assert refusal(policy, binding_to) is None
+    foreign = {**binding_to, "roleRef": {"kind": "Role", "name": "someone-elses"}}
+    assert "does not define" in (refusal(policy, foreign) or "")
+
+
+def test_the_status_of_a_built_in_kind_is_privileged_that_of_a_custom_resource_is_not() -> None:
+    """A Service's load-balancer status redirects traffic (CVE-2020-8554); a module CR's status is just a report."""
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "apps"}}
+    module_cr = {"apiVersion": "operator.kyma-project.io/v1alpha1", "kind": "Keda", "metadata": {"name": "k"}}
+    status = {"status": {"loadBalancer": {"ingress": [{"ip": "8.8.8.8"}]}}}
+    policy = tenancy.policy_for("team-a", [binding()])
+    with_status = [
+        model.Item.parse(
+            model.ItemSpec.model_validate(
+                {"name": "i", "strategy": "CreateAndSync", "resource": resource, "subresource": status}
+            )
+        )
+        for resource in (service, {**module_cr, "metadata": {"name": "k", "namespace": "apps"}})
+    ]
+    assert "built-in kind" in (policy.refusal(with_status[0], where(service), labels={}) or "")
+    assert policy.refusal(with_status[1], tenancy.Destination("apps"), labels={}) is None

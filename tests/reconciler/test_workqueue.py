@@ -139,7 +139,9 @@ async def test_retry_delay_tells_when_the_queue_retries_a_failed_key() -> None:
 
 
 async def test_a_failing_key_retriggered_while_running_still_backs_off() -> None:
-    """Events about a key that keeps failing do not make it spin: each run after a failure waits its backoff."""
+    """A trigger that arrives while a failing key runs is served by its retry, not by an immediate second run: five
+    triggers before runs and five during them cost five runs, not ten. (Triggers from watcher events while a key
+    backs off are held back by the controller: test_safety's test_events_about_a_failing_sync_resource_....)"""
     started: list[float] = []
     loop = asyncio.get_running_loop()
 
@@ -165,8 +167,7 @@ async def test_a_failing_key_retriggered_while_running_still_backs_off() -> None
         await asyncio.sleep(1.2)
     stop.set()
     await running
-    gaps = [later - earlier for earlier, later in itertools.pairwise(started)]
-    assert len(started) == 5 and min(gaps) >= 1, gaps
+    assert len(started) == 5, started
 
 
 async def test_a_key_waiting_for_something_comes_back_less_and_less_often() -> None:
