@@ -128,6 +128,14 @@ def sync_resource_crd() -> dict[str, Any]:
                 "IfUnmanaged: take such an object over (Delete: delete it), if a SyncBinding sets allowAdoption. "
                 "Objects of another SyncResource or another kyma-sync controller never are.",
             },
+            "ignoreFields": {
+                "type": "array",
+                "maxItems": 64,
+                "items": {"type": "string", "pattern": "^/.+", "maxLength": 1024},
+                "description": "JSON pointers (RFC 6901, e.g. /spec/replicas, /data/key) to fields whose value in "
+                "the runtime is kept: set when the object is created, never reset afterwards (as Open Cluster "
+                "Management's and Sveltos' ignore rules). Not the object's apiVersion, kind, name or namespace.",
+            },
             "deletePolicy": {
                 "type": "string",
                 "enum": [p.value for p in model.DeletePolicy],
@@ -220,6 +228,13 @@ def sync_resource_crd() -> dict[str, Any]:
                         "properties": {
                             "selector": _selector("Runtimes whose Kyma CR has these labels ({} selects all).")
                         },
+                    },
+                    "dryRun": {
+                        "type": "boolean",
+                        "default": False,
+                        "description": "Write nothing; report per item and runtime what would change: would create, "
+                        "would change (the fields, as the apiserver's dryRun=All answers), in sync, would delete, "
+                        "would release. Deleting the SyncResource still releases what earlier runs wrote.",
                     },
                     "items": {
                         "type": "array",

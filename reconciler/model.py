@@ -5,6 +5,7 @@ must be what the apiserver itself would accept, so no part of an item can become
 one path segment of the request (the CRD checks the same, this is the second line).
 """
 
+import copy
 import dataclasses
 import enum
 import re
@@ -106,6 +107,7 @@ class ItemSpec(_Model):
     subresource: dict[str, Any] | str | None = None
     adoption: Adoption = Adoption.NEVER
     delete_policy: DeletePolicy = Field(default=DeletePolicy.DELETE, alias="deletePolicy")
+    ignore_fields: tuple[str, ...] = Field(default=(), alias="ignoreFields", max_length=64)
 
 
 class ItemError(ValueError):
@@ -149,6 +151,51 @@ def _identity_of(obj: dict[str, Any]) -> tuple[str, str, str, str | None]:
     return obj["apiVersion"], obj["kind"], metadata["name"], metadata.get("namespace") or None
 
 
+_IDENTITY_FIELDS = (("apiVersion",), ("kind",), ("metadata",), ("metadata", "name"), ("metadata", "namespace"))
+_MISSING = object()
+
+
+def _pointer(text: str) -> tuple[str, ...]:
+    """A JSON pointer (RFC 6901) as its reference tokens; not one naming the object's identity."""
+    if not text.startswith("/") or text == "/":
+        raise ItemError(f"ignoreFields: {text!r} is not a JSON pointer to a field (like /spec/replicas)")
+    path = tuple(token.replace("~1", "/").replace("~0", "~") for token in text[1:].split("/"))
+    if path in _IDENTITY_FIELDS:
+        raise ItemError(f"ignoreFields: {text!r} names the object itself, which is always synced")
+    return path
+
+
+def _get(obj: Any, path: tuple[str, ...]) -> Any:
+    for token in path:
+        if isinstance(obj, dict) and token in obj:
+            obj = obj[token]
+        elif isinstance(obj, list) and token.isdigit() and int(token) < len(obj):
+            obj = obj[int(token)]
+        else:
+            return _MISSING
+    return obj
+
+
+def _put(obj: Any, path: tuple[str, ...], value: Any) -> None:
+    for token in path[:-1]:
+        if isinstance(obj, list) and token.isdigit() and int(token) < len(obj):
+            obj = obj[int(token)]
+        elif isinstance(obj, dict):
+            obj = obj.setdefault(token, {})
+        else:
+            return  # the body has no place for it: nothing of ours to keep there
+    if isinstance(obj, dict):
+        obj[path[-1]] = value
+    elif isinstance(obj, list) and path[-1].isdigit() and int(path[-1]) < len(obj):
+        obj[int(path[-1])] = value
+
+
+def _remove(obj: Any, path: tuple[str, ...]) -> None:
+    parent = _get(obj, path[:-1])
+    if isinstance(parent, dict):
+        parent.pop(path[-1], None)
+
+
 @dataclasses.dataclass(frozen=True)
 class Item:
     """An item parsed and checked: the object it names, and what to do with it."""
@@ -163,6 +210,8 @@ class Item:
     """The item only sets the status of an object someone else creates: never created, never deleted."""
     adoption: Adoption = Adoption.NEVER
     delete_policy: DeletePolicy = DeletePolicy.DELETE
+    ignore_fields: tuple[tuple[str, ...], ...] = ()
+    """Parsed JSON pointers whose live values are kept on every update (drift there is not reset)."""
 
     @classmethod
     def parse(cls, spec: ItemSpec) -> "Item":
@@ -197,7 +246,19 @@ class Item:
         status_only = spec.resource is None
         if status_only and spec.strategy not in (Strategy.CREATE_AND_SYNC, Strategy.UPDATE_AND_DELETE):
             raise ItemError(f"a status-only item (no resource) cannot be {spec.strategy.value}")
-        return cls(spec.name, spec.strategy, resource, status, status_only, spec.adoption, spec.delete_policy)
+        ignored = tuple(_pointer(text) for text in spec.ignore_fields)
+        return cls(spec.name, spec.strategy, resource, status, status_only, spec.adoption, spec.delete_policy, ignored)
+
+    def keeping_live(self, body: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with each ignored field as it is live (or left out where the live object has none)."""
+        kept = copy.deepcopy(body)
+        for path in self.ignore_fields:
+            value = _get(live, path)
+            if value is _MISSING:
+                _remove(kept, path)
+            else:
+                _put(kept, path, copy.deepcopy(value))
+        return kept
 
     @property
     def api_version(self) -> str:
@@ -226,6 +287,7 @@ class Spec(_Model):
     kyma: str | None = Field(default=None, pattern=DNS_SUBDOMAIN)
     target: Target | None = None
     items: tuple[ItemSpec, ...]
+    dry_run: bool = Field(default=False, alias="dryRun")
 
     @model_validator(mode="after")
     def _one_target(self) -> Self:

@@ -20,6 +20,7 @@ import asyncio
 import copy
 import dataclasses
 import datetime
+import enum
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -30,7 +31,7 @@ import pydantic
 from clients import informer, kube, objects
 from contract import wire
 from kit import aio
-from reconciler import crds, kinds, model, runtime_clients, settings, sync_plan, tenancy, workqueue
+from reconciler import crds, diff, kinds, model, runtime_clients, settings, sync_plan, tenancy, workqueue
 from reconciler.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -176,7 +177,8 @@ class SyncResourceReconciler:
         state = model.State.ERROR if errors else sync_plan.overall(i.state for i in items)
         counts = {p: sum(1 for v in placements.values() if v == p) for p in sync_plan.Placement}
         message = (
-            f"{counts[sync_plan.Placement.SYNC]} runtime(s), {len(spec.items)} item(s)"
+            ("dry run, nothing written: " if spec.dry_run else "")
+            + f"{counts[sync_plan.Placement.SYNC]} runtime(s), {len(spec.items)} item(s)"
             + (
                 f"; {counts[sync_plan.Placement.FORBIDDEN]} runtime(s) not admitted by a SyncBinding"
                 if counts[sync_plan.Placement.FORBIDDEN]
@@ -198,7 +200,7 @@ class SyncResourceReconciler:
         )
         if state == model.State.ERROR:
             return workqueue.Result.failed(f"{key}: {message}")
-        if state in (model.State.DELETING, model.State.PROCESSING):
+        if state in (model.State.DELETING, model.State.PROCESSING) and not spec.dry_run:
             return workqueue.Result(requeue_after=_WAIT_FOR_DELETION)
         return workqueue.Result()
 
@@ -227,10 +229,23 @@ class SyncResourceReconciler:
     ) -> RuntimeOutcome:
         """What to do in one runtime, by its placement; ``journal`` gets each record before its object is written."""
         if placement == sync_plan.Placement.SYNC:
-            return await self._sync_runtime(owner, parsed, policy, runtime, previously, journal)
+            return await self._sync_runtime(owner, parsed, policy, runtime, previously, journal, dry_run=spec.dry_run)
         if placement == sync_plan.Placement.FORBIDDEN:
             reason = f"no SyncBinding lets namespace {owner.key.namespace} target runtime {runtime}"
             return RuntimeOutcome([_status(i, runtime, model.State.FORBIDDEN, reason) for i in spec.items], previously)
+        if spec.dry_run:
+            return RuntimeOutcome(
+                [
+                    model.ItemStatus(
+                        name=r.item,
+                        runtime=runtime,
+                        state=model.State.PROCESSING,
+                        message=f"would release {_ref(r)} (the runtime left the target)",
+                    )
+                    for r in previously
+                ],
+                previously,
+            )
         return await self._leave(
             owner,
             runtime,
@@ -324,8 +339,14 @@ class SyncResourceReconciler:
         runtime: str,
         previously: list[model.AppliedRef],
         journal: "Journal",
+        *,
+        dry_run: bool = False,
     ) -> RuntimeOutcome:
-        """Sync ``items`` into one runtime; ``journal`` gets each object's record before it is written."""
+        """Sync ``items`` into one runtime; ``journal`` gets each object's record before it is written.
+
+        A dry run writes nothing: each item says what would change, and so does each record that would
+        be released; the records stay as they are.
+        """
         items = list(items)
         try:
             handle = await self._shared.clients.get(runtime)
@@ -343,7 +364,6 @@ class SyncResourceReconciler:
             async with handle.limit:
                 return await self._resolve(handle.objects, item, runtime)
 
-        resolutions = await aio.all_of(one(item) for item in items)
         claimed: dict[sync_plan.ObjectIdentity, str] = {}
         roles = frozenset(
             (i.namespace or "default", i.object_name)
@@ -368,10 +388,27 @@ class SyncResourceReconciler:
 
             async with handle.limit:
                 return await self._item(
-                    handle.objects, owner, item, Resolved(ref, destination), policy, runtime, labels, journaled
+                    handle.objects,
+                    owner,
+                    item,
+                    Resolved(ref, destination),
+                    policy,
+                    runtime,
+                    labels,
+                    journaled,
+                    dry_run=dry_run,
                 )
 
-        outcomes = await aio.all_of(act(item, r) for item, r in zip(items, resolutions, strict=True))
+        # Namespaces, then CRDs (waited for until served), then the rest; deletions the other way round.
+        outcome_of: dict[str, ItemOutcome] = {}
+        for phase in sorted({_phase(item) for item in items}):
+            batch = [item for item in items if _phase(item) == phase]
+            resolutions = await aio.all_of(one(item) for item in batch)
+            acted = await aio.all_of(act(item, r) for item, r in zip(batch, resolutions, strict=True))
+            outcome_of.update((item.name, outcome) for item, outcome in zip(batch, acted, strict=True))
+            if phase == _Phase.CRDS:
+                await _served(handle.objects, [o.resolved for o in acted if o.record and o.resolved is not None])
+        outcomes = [outcome_of[item.name] for item in items]
         wanted: set[sync_plan.ObjectIdentity] = set()
         unresolved: set[str] = set()
         records: dict[sync_plan.ObjectIdentity, model.AppliedRef] = {}
@@ -389,9 +426,17 @@ class SyncResourceReconciler:
             identity = _identity(record)
             if identity in wanted or record.item in unresolved:
                 records.setdefault(identity, record)  # still wanted, even if not written now: kept
-        still_held, errors = await self._release_all(
-            handle, owner, sync_plan.stale(previously, wanted=wanted, unresolved_items=unresolved)
-        )
+        stale = sync_plan.stale(previously, wanted=wanted, unresolved_items=unresolved)
+        if dry_run:
+            statuses = [o.status for o in outcomes] + [
+                model.ItemStatus(
+                    name=r.item, runtime=runtime, state=model.State.PROCESSING, message=f"would release {_ref(r)}"
+                )
+                for r in stale
+            ]
+            failing = next((s.message for s in statuses if s.state == model.State.ERROR), None)
+            return RuntimeOutcome(sorted(statuses, key=lambda s: s.name), previously, failing)
+        still_held, errors = await self._release_all(handle, owner, stale)
         for record in still_held:
             records.setdefault(_identity(record), record)
         failing = next((o.status.message for o in outcomes if o.status.state == model.State.ERROR), None)
@@ -429,6 +474,8 @@ class SyncResourceReconciler:
         runtime: str,
         labels: dict[str, str],
         before_write: Callable[[], None],
+        *,
+        dry_run: bool,
     ) -> ItemOutcome:
         ref = resolved.ref
         refusal = policy.refusal(item, resolved.destination, labels=labels)
@@ -440,13 +487,13 @@ class SyncResourceReconciler:
         )
         try:
             if item.status_only:
-                state, message = await self._set_status_only(cluster, item, ref)
+                state, message = await self._set_status_only(cluster, item, ref, dry_run=dry_run)
                 return ItemOutcome(_status(item, runtime, state, message), ref)
             if item.strategy == model.Strategy.DELETE:
-                state, message = await self._delete_item(cluster, owner, item, ref, takeover=takeover)
+                state, message = await self._delete_item(cluster, owner, item, ref, takeover=takeover, dry_run=dry_run)
                 return ItemOutcome(_status(item, runtime, state, message), ref)
             state, message, record = await self._apply_item(
-                cluster, owner, item, ref, takeover=takeover, before_write=before_write
+                cluster, owner, item, ref, takeover=takeover, before_write=before_write, dry_run=dry_run
             )
             return ItemOutcome(_status(item, runtime, state, message), ref, record)
         except kube.KubeError as exc:
@@ -466,13 +513,20 @@ class SyncResourceReconciler:
         *,
         takeover: "Takeover",
         before_write: Callable[[], None],
+        dry_run: bool,
     ) -> tuple[model.State, str, bool]:
-        """(state, message, whether the object is ours now); ``before_write`` is called before any write."""
+        """(state, message, whether the object is ours now); ``before_write`` is called before any write.
+
+        A dry run asks the apiserver (dryRun=All) what the write would give and reports the difference.
+        """
         body = _marked(item, owner)
         live = await cluster.get(ref)
         updating_only = item.strategy == model.Strategy.UPDATE_AND_DELETE
         if live is None and updating_only:
             return model.State.READY, "gone: nothing to update (UpdateAndDelete never creates); remove the item", False
+        if live is None and dry_run:
+            await cluster.apply(body, dry_run=True)  # the apiserver's validation and admission, nothing stored
+            return model.State.PROCESSING, "would create", False
         if live is None:
             before_write()
             try:
@@ -499,14 +553,27 @@ class SyncResourceReconciler:
                 return model.State.WARNING, f"{refusal}: left alone", False
         if holder is not None and item.strategy == model.Strategy.CREATE_AND_IGNORE:
             return model.State.READY, "", True
+        body = item.keeping_live(body, live)
         body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+        if dry_run:
+            changes = diff.changed_paths(live, await cluster.apply(body, dry_run=True))
+            verb = "would adopt and change" if holder is None else "would change"
+            return (
+                (model.State.PROCESSING, f"{verb} {', '.join(changes)}", False)
+                if changes
+                else (
+                    model.State.READY,
+                    "in sync",
+                    False,
+                )
+            )
         before_write()
         await cluster.apply(body)
         await self._apply_status(cluster, item, ref)
         return model.State.READY, "adopted" if holder is None else "", True
 
     async def _set_status_only(
-        self, cluster: objects.ClusterObjects, item: model.Item, ref: objects.Ref
+        self, cluster: objects.ClusterObjects, item: model.Item, ref: objects.Ref, *, dry_run: bool
     ) -> tuple[model.State, str]:
         """A status-only item: the status of an object someone else creates, set while it exists."""
         live = await cluster.get(ref)
@@ -516,6 +583,10 @@ class SyncResourceReconciler:
             return model.State.WARNING, "does not exist (yet): its status is set once it does"
         if live["metadata"].get("deletionTimestamp"):
             return model.State.DELETING, "being deleted: its status is no longer set"
+        if dry_run:
+            current = live.get("status") or {}
+            differs = any(current.get(key) != value for key, value in (item.status or {}).items())
+            return (model.State.PROCESSING, "would set its status") if differs else (model.State.READY, "in sync")
         await self._apply_status(cluster, item, ref)
         return model.State.READY, ""
 
@@ -529,7 +600,14 @@ class SyncResourceReconciler:
         )
 
     async def _delete_item(
-        self, cluster: objects.ClusterObjects, owner: Owner, item: model.Item, ref: objects.Ref, *, takeover: "Takeover"
+        self,
+        cluster: objects.ClusterObjects,
+        owner: Owner,
+        item: model.Item,
+        ref: objects.Ref,
+        *,
+        takeover: "Takeover",
+        dry_run: bool,
     ) -> tuple[model.State, str]:
         live = await cluster.get(ref)
         if live is None:
@@ -541,6 +619,8 @@ class SyncResourceReconciler:
             refusal = _adoption_refusal(item, live, takeover=takeover)
             if refusal is not None:
                 return model.State.WARNING, f"{refusal}: not deleted"
+        if dry_run:
+            return model.State.PROCESSING, "would delete"
         if not live["metadata"].get("deletionTimestamp"):
             await cluster.delete(ref, preconditions=_as_seen(live))
             if await cluster.get(ref) is None:
@@ -748,6 +828,37 @@ def _identity_of(ref: objects.Ref) -> sync_plan.ObjectIdentity:
 
 def _identity(record: model.AppliedRef) -> sync_plan.ObjectIdentity:
     return _identity_of(_ref(record))
+
+
+class _Phase(enum.IntEnum):
+    NAMESPACES = 0
+    CRDS = 1
+    OBJECTS = 2
+    DELETED_OBJECTS = 3
+    DELETED_CRDS = 4
+    DELETED_NAMESPACES = 5
+
+
+_CRD = ("apiextensions.k8s.io", "CustomResourceDefinition")
+
+
+def _phase(item: model.Item | model.Unparsable) -> _Phase:
+    if isinstance(item, model.Unparsable):
+        return _Phase.OBJECTS
+    rank = {("", "Namespace"): _Phase.NAMESPACES, _CRD: _Phase.CRDS}.get((item.group, item.kind), _Phase.OBJECTS)
+    return _Phase(_Phase.DELETED_NAMESPACES - rank) if item.strategy == model.Strategy.DELETE else rank
+
+
+async def _served(cluster: objects.ClusterObjects, definitions: list[objects.Ref], timeout: float = 10) -> None:
+    """Wait (a little) until the CRDs just written are established, so their objects can follow in this pass."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    for ref in definitions:
+        while asyncio.get_running_loop().time() < deadline:
+            crd = await cluster.get(ref)
+            conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+                break
+            await asyncio.sleep(0.2)
 
 
 def _may_write(item: model.Item) -> bool:

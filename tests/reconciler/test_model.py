@@ -139,3 +139,18 @@ def test_one_bad_item_leaves_the_others_parsed() -> None:
     )
     good, bad = model.parse_items(spec)
     assert isinstance(good, model.Item) and isinstance(bad, model.Unparsable) and "YAML" in bad.error
+
+
+def test_ignored_fields_keep_their_live_values() -> None:
+    """Each ignored pointer takes the live value (or is left out when the live object has none); the rest is ours."""
+    item = parse(resource=resource(data={"a": "1", "b": "1", "c/d": "1"}), ignoreFields=["/data/b", "/data/c~1d"])
+    live = resource(data={"a": "2", "b": "2"})
+    assert item.keeping_live(item.resource, live)["data"] == {"a": "1", "b": "2"}
+    assert item.resource["data"] == {"a": "1", "b": "1", "c/d": "1"}  # the item itself is unchanged
+
+
+@pytest.mark.parametrize("pointer", ["spec/replicas", "/", "/metadata/name", "/kind", "/metadata"])
+def test_an_ignored_field_must_be_a_pointer_to_a_field_not_the_identity(pointer: str) -> None:
+    """Not a pointer, the whole object, or the object's identity: the item's Error."""
+    with pytest.raises(model.ItemError, match="ignoreFields"):
+        parse(resource=resource(), ignoreFields=[pointer])

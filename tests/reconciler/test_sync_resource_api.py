@@ -250,6 +250,65 @@ async def test_an_orphaned_item_leaves_its_object_in_place_unmanaged(
     assert await kcp.configmap_in("skr-1", dropped) is None
 
 
+async def test_ignored_fields_are_set_once_and_never_reset(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """ignoreFields: /data/b is created with the item's value; a user's edit of it stays while drift of /data/a is
+    reset (each resync applies the rest)."""
+    name = f"cm-{uuid.uuid4().hex[:6]}"
+    item = {**kcp.configmap(name, {"a": "1", "b": "1"}), "ignoreFields": ["/data/b"]}
+    async with run_controller(resync_seconds=1):
+        await kcp.create("ignoring", {"kyma": "skr-1", "items": [item]})
+        await eventually(lambda: _data(kcp, name, {"a": "1", "b": "1"}), what="created with b")
+        await kube.request(
+            kcp.skrs["skr-1"],
+            "PATCH",
+            kube.CONFIGMAPS.object_path(kcp.runtime_namespace, name),
+            body={"data": {"a": "2", "b": "2"}},
+            query=[("fieldManager", "kubectl")],
+            content_type="application/merge-patch+json",
+        )
+        await eventually(lambda: _data(kcp, name, {"a": "1", "b": "2"}), what="a reset, b kept")
+
+
+async def test_a_dry_run_reports_what_would_change_and_changes_nothing(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """dryRun: a changed item says which fields would change, a new one 'would create', a removed one 'would release',
+    an unchanged one 'in sync' — and the runtime stays as it was until dryRun is switched off."""
+    suffix = uuid.uuid4().hex[:6]
+    same, changed, added, removed = (f"{n}-{suffix}" for n in ("same", "changed", "added", "removed"))
+    async with run_controller():
+        await kcp.create(
+            "dry",
+            {
+                "kyma": "skr-1",
+                "items": [kcp.configmap(n, {"k": "v1"}, item=n) for n in (same, changed, removed)],
+            },
+        )
+        await eventually(lambda: _state_is(kcp, "dry", "Ready"), what="Ready")
+        planned = [kcp.configmap(same, {"k": "v1"}, item=same), kcp.configmap(changed, {"k": "v2"}, item=changed)]
+        planned.append(kcp.configmap(added, {"k": "v1"}, item=added))
+        await kcp.patch_spec("dry", {"dryRun": True, "items": planned})
+
+        async def reported() -> bool:
+            status = (await kcp.get("dry") or {}).get("status") or {}
+            return status.get("observedGeneration") == 2 and status.get("state") == "Processing"
+
+        await eventually(reported, what="the dry run reported")
+        status = (await kcp.get("dry") or {})["status"]
+        messages = {i["name"]: i["message"] for i in status["items"]}
+        assert messages[same] == "in sync"
+        assert messages[changed] == "would change /data/k"
+        assert messages[added] == "would create"
+        assert messages[removed].startswith("would release")
+        assert status["conditions"][0]["message"].startswith("dry run, nothing written")
+        assert await _data(kcp, changed, {"k": "v1"})
+        assert await kcp.configmap_in("skr-1", added) is None
+        assert await kcp.configmap_in("skr-1", removed) is not None
+        await kcp.patch_spec("dry", {"dryRun": False})
+        await eventually(lambda: _data(kcp, changed, {"k": "v2"}), what="applied once dryRun is off")
+        await eventually(lambda: _absent(kcp, removed), what="released once dryRun is off")
+
+
 async def test_a_single_runtime_sync_resource_is_labelled_with_its_kyma(
     kcp: Kcp, run_controller: Callable[..., Any]
 ) -> None:
@@ -270,6 +329,10 @@ async def _data(kcp: Kcp, name: str, data: dict[str, str]) -> bool:
     return live is not None and live.get("data") == data
 
 
+async def _absent(kcp: Kcp, name: str) -> bool:
+    return await kcp.configmap_in("skr-1", name) is None
+
+
 async def _item_message_has(kcp: Kcp, name: str, text: str) -> bool:
     status = (await kcp.get(name) or {}).get("status") or {}
     return any(text in i.get("message", "") for i in status.get("items") or [])
@@ -281,3 +344,60 @@ async def _state_is(kcp: Kcp, name: str, state: str) -> bool:
 
 async def _gone(kcp: Kcp, name: str) -> bool:
     return await kcp.get(name) is None
+
+
+async def test_namespaces_and_crds_go_first_so_one_pass_is_enough(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """Items listed backwards (a custom resource, a ConfigMap in a new namespace, the CRD, the Namespace) converge in
+    the first pass: the state goes Processing -> Ready with no Error in between; deleting removes them all."""
+    suffix = uuid.uuid4().hex[:6]
+    group, namespace = f"t{suffix}.example.com", f"ns-{suffix}"
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"widgets.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
+    widget = {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": namespace}}
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": namespace}}
+    items = [
+        {"name": name, "strategy": "CreateAndSync", "resource": yaml.safe_dump(resource)}
+        for name, resource in (
+            ("widget", widget),
+            ("configmap", configmap),
+            ("crd", crd),
+            ("namespace", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+        )
+    ]
+    await bind(kcp.api, kcp.namespace, allowPrivileged=True)
+    states: list[str] = []
+    async with run_controller():
+        await kcp.create("ordered", {"kyma": "skr-1", "items": items})
+
+        async def converged() -> bool:
+            state = await kcp.state("ordered")
+            if state and (not states or states[-1] != state):
+                states.append(state)
+            return state == "Ready"
+
+        await eventually(converged, what="Ready")
+        assert "Error" not in states, states
+        runtime = kcp.skrs["skr-1"]
+        assert await kube.get_or_none(runtime, f"/apis/{group}/v1/namespaces/{namespace}/widgets/w") is not None
+        await kube.request(kcp.api, "DELETE", kcp.path("ordered"))
+        await eventually(lambda: _gone(kcp, "ordered"), what="deleted")
+    assert (
+        await kube.get_or_none(runtime, f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.{group}")
+        is None
+    )
