@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 FINALIZER = "operator.kyma-project.io/sync-resource"
 COMPONENT = "kyma-sync-reconciler"
 _WAIT_FOR_DELETION = 2.0
+_EVENTS_PER_RECONCILE = 10
 _FAN_OUT_SHARE = 0.8
 """Of the reconcile's time limit, what the runtimes may take: the rest is for writing status and Events."""
 _NOTEWORTHY = (model.State.FORBIDDEN, model.State.CONFLICT, model.State.WARNING, model.State.ERROR)
@@ -98,6 +99,8 @@ class RuntimeOutcome:
     items: list[model.ItemStatus]
     applied: list[model.AppliedRef]
     error: str | None = None
+    actions: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    """(item, what was done: Created, Updated, Adopted, Deleted, Released), for the SyncResource's Events."""
 
 
 def _now() -> str:
@@ -168,6 +171,7 @@ class SyncResourceReconciler:
             failed_items=lambda runtime: [] if placements[runtime] != sync_plan.Placement.SYNC else spec.items,
         )
         outcomes = [outcome_of[runtime] for runtime in placements]
+        await self._announce_actions(resource, outcome_of)
         items = [status for outcome in outcomes for status in outcome.items]
         if spec.kyma is not None and self._shared.kyma(spec.kyma) is None:
             items += [
@@ -328,8 +332,8 @@ class SyncResourceReconciler:
             handle = await self._shared.clients.get(runtime)
         except runtime_clients.RuntimeUnavailableError as exc:
             return RuntimeOutcome([], previously, str(exc))
-        kept, errors = await self._release_all(handle, owner, previously)
-        return RuntimeOutcome([], kept, errors[0] if errors else None)
+        kept, errors, actions = await self._release_all(handle, owner, previously)
+        return RuntimeOutcome([], kept, errors[0] if errors else None, actions)
 
     async def _sync_runtime(
         self,
@@ -365,6 +369,7 @@ class SyncResourceReconciler:
                 return await self._resolve(handle.objects, item, runtime)
 
         claimed: dict[sync_plan.ObjectIdentity, str] = {}
+        actions: list[tuple[str, str]] = []
         roles = frozenset(
             (i.namespace or "default", i.object_name)
             for i in items
@@ -386,6 +391,9 @@ class SyncResourceReconciler:
             def journaled() -> None:
                 journal.setdefault(_identity_of(ref), _record(runtime, item, ref))
 
+            def did(action: str) -> None:
+                actions.append((item.name, action))
+
             async with handle.limit:
                 return await self._item(
                     handle.objects,
@@ -395,7 +403,7 @@ class SyncResourceReconciler:
                     policy,
                     runtime,
                     labels,
-                    journaled,
+                    Writes(before=journaled, after=did),
                     dry_run=dry_run,
                 )
 
@@ -436,7 +444,7 @@ class SyncResourceReconciler:
             ]
             failing = next((s.message for s in statuses if s.state == model.State.ERROR), None)
             return RuntimeOutcome(sorted(statuses, key=lambda s: s.name), previously, failing)
-        still_held, errors = await self._release_all(handle, owner, stale)
+        still_held, errors, released = await self._release_all(handle, owner, stale)
         for record in still_held:
             records.setdefault(_identity(record), record)
         failing = next((o.status.message for o in outcomes if o.status.state == model.State.ERROR), None)
@@ -444,6 +452,7 @@ class SyncResourceReconciler:
             sorted((o.status for o in outcomes), key=lambda s: s.name),
             list(records.values()),
             failing or (errors[0] if errors else None),
+            [*actions, *released],
         )
 
     async def _resolve(
@@ -473,7 +482,7 @@ class SyncResourceReconciler:
         policy: tenancy.Policy,
         runtime: str,
         labels: dict[str, str],
-        before_write: Callable[[], None],
+        writes: "Writes",
         *,
         dry_run: bool,
     ) -> ItemOutcome:
@@ -490,10 +499,12 @@ class SyncResourceReconciler:
                 state, message = await self._set_status_only(cluster, item, ref, dry_run=dry_run)
                 return ItemOutcome(_status(item, runtime, state, message), ref)
             if item.strategy == model.Strategy.DELETE:
-                state, message = await self._delete_item(cluster, owner, item, ref, takeover=takeover, dry_run=dry_run)
+                state, message = await self._delete_item(
+                    cluster, owner, item, ref, takeover=takeover, writes=writes, dry_run=dry_run
+                )
                 return ItemOutcome(_status(item, runtime, state, message), ref)
             state, message, record = await self._apply_item(
-                cluster, owner, item, ref, takeover=takeover, before_write=before_write, dry_run=dry_run
+                cluster, owner, item, ref, takeover=takeover, writes=writes, dry_run=dry_run
             )
             return ItemOutcome(_status(item, runtime, state, message), ref, record)
         except kube.KubeError as exc:
@@ -512,10 +523,10 @@ class SyncResourceReconciler:
         ref: objects.Ref,
         *,
         takeover: "Takeover",
-        before_write: Callable[[], None],
+        writes: "Writes",
         dry_run: bool,
     ) -> tuple[model.State, str, bool]:
-        """(state, message, whether the object is ours now); ``before_write`` is called before any write.
+        """(state, message, whether the object is ours now); ``writes`` hears of each write, before and after.
 
         A dry run asks the apiserver (dryRun=All) what the write would give and reports the difference.
         """
@@ -528,11 +539,12 @@ class SyncResourceReconciler:
             await cluster.apply(body, dry_run=True)  # the apiserver's validation and admission, nothing stored
             return model.State.PROCESSING, "would create", False
         if live is None:
-            before_write()
+            writes.before()
             try:
                 await cluster.create(body)
             except kube.ConflictError:
                 return model.State.ERROR, "created by someone else meanwhile; checking again", False
+            writes.after("Created")
             await self._apply_status(cluster, item, ref)
             return model.State.READY, "", True
         if live["metadata"].get("deletionTimestamp"):
@@ -567,8 +579,10 @@ class SyncResourceReconciler:
                     False,
                 )
             )
-        before_write()
-        await cluster.apply(body)
+        writes.before()
+        result = await cluster.apply(body)
+        if result["metadata"].get("resourceVersion") != live["metadata"]["resourceVersion"]:
+            writes.after("Adopted" if holder is None else "Updated")  # drift reset or a new generation
         await self._apply_status(cluster, item, ref)
         return model.State.READY, "adopted" if holder is None else "", True
 
@@ -607,6 +621,7 @@ class SyncResourceReconciler:
         ref: objects.Ref,
         *,
         takeover: "Takeover",
+        writes: "Writes",
         dry_run: bool,
     ) -> tuple[model.State, str]:
         live = await cluster.get(ref)
@@ -623,57 +638,60 @@ class SyncResourceReconciler:
             return model.State.PROCESSING, "would delete"
         if not live["metadata"].get("deletionTimestamp"):
             await cluster.delete(ref, preconditions=_as_seen(live))
+            writes.after("Deleted")
             if await cluster.get(ref) is None:
                 return model.State.READY, ""
         return model.State.DELETING, "waiting until the object is gone"
 
     async def _release_all(
         self, handle: runtime_clients.RuntimeHandle, owner: Owner, records: list[model.AppliedRef]
-    ) -> tuple[list[model.AppliedRef], list[str]]:
-        """Delete what we own of ``records``; (records still to release, errors)."""
+    ) -> tuple[list[model.AppliedRef], list[str], list[tuple[str, str]]]:
+        """Delete what we own of ``records``; (records still to release, errors, (item, action) done)."""
         kept: list[model.AppliedRef] = []
         errors: list[str] = []
+        actions: list[tuple[str, str]] = []
         for record in records:
             try:
                 async with handle.limit:
-                    done = await self._release(handle.objects, owner, record)
+                    action = await self._release(handle.objects, owner, record)
             except kube.KubeError as exc:
-                done = False
                 errors.append(f"{_ref(record)}: {_describe(exc)}")
-            if not done:
                 kept.append(record)
-        return kept, errors
+                continue
+            if action is not None:
+                actions.append((record.item, action))
+        return kept, errors, actions
 
-    async def _release(self, cluster: objects.ClusterObjects, owner: Owner, record: model.AppliedRef) -> bool:
-        """Delete one recorded object if it is still ours; True when nothing is left to do for it."""
+    async def _release(self, cluster: objects.ClusterObjects, owner: Owner, record: model.AppliedRef) -> str | None:
+        """Delete (or, for Orphan, unmark) one recorded object if it is still ours; what was done, if anything."""
         ref = _ref(record)
         try:
             live = await cluster.get(ref)
         except objects.UnknownKindError:
-            return True
+            return None
         if live is None:
-            return True
+            return None
         if not owner.owns(live):
             log.warning(
                 "recorded object is not ours any more, left in place",
                 extra={"key": str(owner.key), "runtime": record.runtime, "object": str(ref)},
             )
-            return True
+            return None
         if live["metadata"].get("deletionTimestamp"):
-            return True
+            return None
         if record.delete_policy == model.DeletePolicy.ORPHAN:
             await cluster.merge_patch(ref, _unmarking(live))
             log.info(
                 "released object from management without deleting it (deletePolicy Orphan)",
                 extra={"key": str(owner.key), "runtime": record.runtime, "object": str(ref)},
             )
-            return True
+            return "Released"
         await cluster.delete(ref, preconditions=_as_seen(live))
         log.info(
             "deleted object no longer wanted",
             extra={"key": str(owner.key), "runtime": record.runtime, "object": str(ref)},
         )
-        return True
+        return "Deleted"
 
     async def _finalize(
         self, owner: Owner, resource: dict[str, Any], applied: list[model.AppliedRef]
@@ -687,6 +705,7 @@ class SyncResourceReconciler:
             },
             failed_items=lambda runtime: [],
         )
+        await self._announce_actions(resource, outcome_of)
         outcomes = list(outcome_of.values())
         remaining = [ref for outcome in outcomes for ref in outcome.applied]
         if remaining:
@@ -785,18 +804,25 @@ class SyncResourceReconciler:
         ]
         if new["state"] != old.get("state") and new["state"] in _NOTEWORTHY and not notes:
             notes.append((new["state"], new["conditions"][0]["message"]))
-        for state, text in notes[:10]:
-            try:
-                await kube.record_event(
-                    self._kcp,
-                    involved=resource,
-                    type_="Normal" if state == model.State.READY else "Warning",
-                    reason=state,
-                    message=text,
-                    component=COMPONENT,
-                )
-            except kube.KubeError as exc:
-                log.warning("could not record an Event", extra={"error": str(exc)})
+        for state, text in notes[:_EVENTS_PER_RECONCILE]:
+            await self._event(resource, "Normal" if state == model.State.READY else "Warning", state, text)
+
+    async def _announce_actions(self, resource: dict[str, Any], outcomes: dict[str, RuntimeOutcome]) -> None:
+        """A Normal Event per item and action taken (Created, Updated, Adopted, Deleted, Released), runtimes named."""
+        done: dict[tuple[str, str], list[str]] = {}
+        for runtime, outcome in sorted(outcomes.items()):
+            for item, action in outcome.actions:
+                done.setdefault((action, item), []).append(runtime)
+        for (action, item), runtimes in list(done.items())[:_EVENTS_PER_RECONCILE]:
+            await self._event(resource, "Normal", action, f"item {item}: {action.lower()} (runtimes: {_few(runtimes)})")
+
+    async def _event(self, resource: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        try:
+            await kube.record_event(
+                self._kcp, involved=resource, type_=type_, reason=reason, message=message, component=COMPONENT
+            )
+        except kube.KubeError as exc:
+            log.warning("could not record an Event", extra={"error": str(exc)})
 
 
 def _record(runtime: str, item: model.Item, ref: objects.Ref) -> model.AppliedRef:
@@ -870,6 +896,14 @@ def _status(
     item: model.Item | model.Unparsable | model.ItemSpec, runtime: str, state: model.State, message: str = ""
 ) -> model.ItemStatus:
     return model.ItemStatus(name=item.name, runtime=runtime, state=state, message=message)
+
+
+@dataclasses.dataclass(frozen=True)
+class Writes:
+    """Who hears of an item's writes: ``before`` journals its record, ``after`` notes what was done (for Events)."""
+
+    before: Callable[[], None]
+    after: Callable[[str], None]
 
 
 @dataclasses.dataclass(frozen=True)

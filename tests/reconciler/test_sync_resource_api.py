@@ -309,6 +309,32 @@ async def test_a_dry_run_reports_what_would_change_and_changes_nothing(
         await eventually(lambda: _absent(kcp, removed), what="released once dryRun is off")
 
 
+async def test_applies_and_deletions_are_kubernetes_events(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """kubectl describe tells the story: Created, then Updated when a change is applied, Deleted when the item goes;
+    a no-op pass records nothing."""
+    name = f"cm-{uuid.uuid4().hex[:6]}"
+    async with run_controller():
+        await kcp.create("told", {"kyma": "skr-1", "items": [kcp.configmap(name, {"k": "1"}, item="x")]})
+        await eventually(lambda: _reasons(kcp, "told", {"Created"}), what="Created")
+        await kcp.patch_spec("told", {"items": [kcp.configmap(name, {"k": "2"}, item="x")]})
+        await eventually(lambda: _reasons(kcp, "told", {"Created", "Updated"}), what="Updated")
+        await kcp.patch_spec("told", {"items": [kcp.configmap(f"{name}-b", {"k": "1"}, item="y")]})
+        await eventually(lambda: _reasons(kcp, "told", {"Created", "Updated", "Deleted"}), what="Deleted")
+    events = await _events(kcp, "told")
+    created = next(e for e in events if e["reason"] == "Created" and "item x" in e["message"])
+    assert created["type"] == "Normal" and "skr-1" in created["message"]
+    assert sum(1 for e in events if e["reason"] == "Updated") == 1
+
+
+async def _events(kcp: Kcp, name: str) -> list[dict[str, Any]]:
+    listing = await kube.request(kcp.api, "GET", kube.EVENTS.path(kcp.namespace))
+    return [e for e in listing["items"] if e["involvedObject"]["name"] == name]
+
+
+async def _reasons(kcp: Kcp, name: str, wanted: set[str]) -> bool:
+    return wanted <= {e["reason"] for e in await _events(kcp, name)}
+
+
 async def test_a_single_runtime_sync_resource_is_labelled_with_its_kyma(
     kcp: Kcp, run_controller: Callable[..., Any]
 ) -> None:
