@@ -24,6 +24,15 @@ class Placement(enum.StrEnum):
     GONE = "gone"
 
 
+def orphaned(items: Iterable[model.ItemStatus], *, gone: str) -> list[str]:
+    """Items whose object is gone for good in every runtime they report on (their message starts with ``gone``)."""
+    verdicts: dict[str, bool] = {}
+    for status in items:
+        is_gone = status.state == model.State.READY and status.message.startswith(gone)
+        verdicts[status.name] = verdicts.get(status.name, True) and is_gone
+    return sorted(name for name, all_gone in verdicts.items() if all_gone)
+
+
 def selects(spec: model.Spec, runtime: str, labels: Mapping[str, str]) -> bool:
     if spec.kyma is not None:
         return runtime == spec.kyma

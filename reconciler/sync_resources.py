@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import pydantic
+from prometheus_client import CollectorRegistry, Gauge
 
 from clients import informer, kube, objects
 from contract import wire
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 FINALIZER = "operator.kyma-project.io/sync-resource"
 COMPONENT = "kyma-sync-reconciler"
 _WAIT_FOR_DELETION = 2.0
+GONE = "gone: "
+"""How an item whose object is gone for good says so (Delete, UpdateAndDelete): it is orphaned, to be removed."""
 _EVENTS_PER_RECONCILE = 10
 _FAN_OUT_SHARE = 0.8
 """Of the reconcile's time limit, what the runtimes may take: the rest is for writing status and Events."""
@@ -118,6 +121,7 @@ class SyncResourceReconciler:
         self._config = config
         self._bindings = bindings
         self._restricted = [kinds.GroupKind.parse(entry) for entry in config.restricted_kinds]
+        self._orphans = OrphanCount(shared.registry)
 
     async def reconcile(self, key: Key) -> workqueue.Result:
         try:
@@ -128,6 +132,7 @@ class SyncResourceReconciler:
     async def _reconcile(self, key: Key) -> workqueue.Result:
         resource = await kube.get_or_none(self._kcp, crds.SYNC_RESOURCE.object_path(key.namespace, key.name))
         if resource is None:
+            self._orphans.count(key, 0)
             return workqueue.Result()
         owner = Owner(key, resource["metadata"]["uid"])
         applied = model.applied_refs(resource.get("status"))
@@ -190,12 +195,19 @@ class SyncResourceReconciler:
             )
             + (f"; failing: {', '.join(errors)}" if errors else "")
         )
+        orphaned = (
+            [i.name for i in spec.items]
+            if spec.kyma is not None and self._shared.kyma(spec.kyma) is None
+            else sync_plan.orphaned(items, gone=GONE)
+        )
+        self._orphans.count(key, len(orphaned))
         await self._write_status(
             resource,
             state=state,
             message=message,
             items=items,
             applied=[ref for outcome in outcomes for ref in outcome.applied],
+            orphaned=orphaned,
             summary={
                 "itemCount": len(spec.items),
                 "runtimeCount": counts[sync_plan.Placement.SYNC],
@@ -534,7 +546,7 @@ class SyncResourceReconciler:
         live = await cluster.get(ref)
         updating_only = item.strategy == model.Strategy.UPDATE_AND_DELETE
         if live is None and updating_only:
-            return model.State.READY, "gone: nothing to update (UpdateAndDelete never creates); remove the item", False
+            return model.State.READY, f"{GONE}nothing to update (UpdateAndDelete never creates); remove the item", False
         if live is None and dry_run:
             await cluster.apply(body, dry_run=True)  # the apiserver's validation and admission, nothing stored
             return model.State.PROCESSING, "would create", False
@@ -593,7 +605,7 @@ class SyncResourceReconciler:
         live = await cluster.get(ref)
         if live is None:
             if item.strategy == model.Strategy.UPDATE_AND_DELETE:
-                return model.State.READY, "gone: no status to set; remove the item"
+                return model.State.READY, f"{GONE}no status to set; remove the item"
             return model.State.WARNING, "does not exist (yet): its status is set once it does"
         if live["metadata"].get("deletionTimestamp"):
             return model.State.DELETING, "being deleted: its status is no longer set"
@@ -626,7 +638,7 @@ class SyncResourceReconciler:
     ) -> tuple[model.State, str]:
         live = await cluster.get(ref)
         if live is None:
-            return model.State.READY, ""
+            return model.State.READY, f"{GONE}nothing to delete; the item can be removed"
         holder = marker_uid(live)
         if holder is not None and holder != owner.uid:
             return model.State.CONFLICT, "managed by another SyncResource: not deleted"
@@ -640,7 +652,7 @@ class SyncResourceReconciler:
             await cluster.delete(ref, preconditions=_as_seen(live))
             writes.after("Deleted")
             if await cluster.get(ref) is None:
-                return model.State.READY, ""
+                return model.State.READY, "deleted"
         return model.State.DELETING, "waiting until the object is gone"
 
     async def _release_all(
@@ -747,6 +759,7 @@ class SyncResourceReconciler:
         message: str,
         items: list[model.ItemStatus],
         applied: list[model.AppliedRef],
+        orphaned: list[str] | None = None,
         summary: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Write status only when it says something new (its own watch event would loop otherwise); the object after.
@@ -766,10 +779,23 @@ class SyncResourceReconciler:
             "observedGeneration": generation,
             "lastTransitionTime": previous.get("lastTransitionTime") if previous.get("status") == ready else _now(),
         }
+        conditions = [condition]
+        if orphaned is not None:
+            conditions.append(
+                {
+                    "type": "Orphaned",
+                    "status": "True" if orphaned else "False",
+                    "reason": "ItemsGone" if orphaned else "NoneGone",
+                    "message": f"items whose objects are gone for good (remove them): {_few(orphaned)}"
+                    if orphaned
+                    else "",
+                    "observedGeneration": generation,
+                }
+            )
         status = {
             "state": state.value,
             "observedGeneration": generation,
-            "conditions": [condition],
+            "conditions": conditions,
             "items": [i.model_dump(exclude_defaults=True) for i in sorted(items, key=lambda i: (i.runtime, i.name))],
             "applied": [
                 a.model_dump(by_alias=True, exclude_none=True)
@@ -896,6 +922,26 @@ def _status(
     item: model.Item | model.Unparsable | model.ItemSpec, runtime: str, state: model.State, message: str = ""
 ) -> model.ItemStatus:
     return model.ItemStatus(name=item.name, runtime=runtime, state=state, message=message)
+
+
+class OrphanCount:
+    """``kyma_reconciler_orphaned_items{namespace}``: items module managers can remove, per KCP namespace."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._gauge = Gauge(
+            "kyma_reconciler_orphaned_items",
+            "SyncResource items whose object is gone for good or whose runtime no longer exists, by KCP namespace",
+            ["namespace"],
+            registry=registry,
+        )
+        self._by_key: dict[Key, int] = {}
+
+    def count(self, key: Key, orphaned: int) -> None:
+        if orphaned:
+            self._by_key[key] = orphaned
+        else:
+            self._by_key.pop(key, None)
+        self._gauge.labels(key.namespace).set(sum(n for k, n in self._by_key.items() if k.namespace == key.namespace))
 
 
 @dataclasses.dataclass(frozen=True)

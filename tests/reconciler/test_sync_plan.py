@@ -57,3 +57,19 @@ def test_overall_is_the_worst_item_state() -> None:
     assert sync_plan.overall([model.State.READY, model.State.WARNING, model.State.CONFLICT]) == model.State.CONFLICT
     assert sync_plan.overall([model.State.FORBIDDEN, model.State.ERROR]) == model.State.ERROR
     assert sync_plan.overall([]) == model.State.READY
+
+
+def test_an_item_is_orphaned_only_when_gone_in_every_runtime() -> None:
+    """Gone in one runtime but still there in another: not yet orphaned."""
+
+    def status(name: str, runtime: str, message: str) -> model.ItemStatus:
+        return model.ItemStatus(name=name, runtime=runtime, state=model.State.READY, message=message)
+
+    items = [
+        status("old", "skr-1", "gone: nothing to delete"),
+        status("old", "skr-2", "gone: nothing to delete"),
+        status("half", "skr-1", "gone: nothing to delete"),
+        status("half", "skr-2", "deleted"),
+        status("live", "skr-1", ""),
+    ]
+    assert sync_plan.orphaned(items, gone="gone: ") == ["old"]

@@ -335,6 +335,34 @@ async def _reasons(kcp: Kcp, name: str, wanted: set[str]) -> bool:
     return wanted <= {e["reason"] for e in await _events(kcp, name)}
 
 
+async def test_items_whose_objects_are_gone_show_as_orphaned(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """A Delete item whose object is gone is reported (condition Orphaned, metric per namespace) so the module's
+    manager can remove it; removing it clears both."""
+    name = f"cm-{uuid.uuid4().hex[:6]}"
+    keep = kcp.configmap(f"{name}-kept", {"k": "v"}, item="kept")
+    async with run_controller(resync_seconds=1) as running:
+        await kcp.create("stale", {"kyma": "skr-1", "items": [keep, kcp.configmap(name, {}, "Delete", item="old")]})
+
+        async def orphaned_condition() -> dict[str, Any]:
+            status = (await kcp.get("stale") or {}).get("status") or {}
+            return next((c for c in status.get("conditions") or [] if c["type"] == "Orphaned"), {})
+
+        async def reported() -> bool:
+            return (await orphaned_condition()).get("status") == "True"
+
+        await eventually(reported, what="Orphaned")
+        assert "old" in (await orphaned_condition())["message"]
+        gauge = running.shared.registry.get_sample_value
+        assert gauge("kyma_reconciler_orphaned_items", {"namespace": kcp.namespace}) == 1
+        await kcp.patch_spec("stale", {"items": [keep]})
+
+        async def cleared() -> bool:
+            return (await orphaned_condition()).get("status") == "False"
+
+        await eventually(cleared, what="no longer Orphaned")
+        assert gauge("kyma_reconciler_orphaned_items", {"namespace": kcp.namespace}) == 0
+
+
 async def test_a_single_runtime_sync_resource_is_labelled_with_its_kyma(
     kcp: Kcp, run_controller: Callable[..., Any]
 ) -> None:
