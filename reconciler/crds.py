@@ -136,6 +136,15 @@ def sync_resource_crd() -> dict[str, Any]:
                 "the runtime is kept: set when the object is created, never reset afterwards (as Open Cluster "
                 "Management's and Sveltos' ignore rules). Not the object's apiVersion, kind, name or namespace.",
             },
+            "secretRef": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {"name": _string(model.DNS_SUBDOMAIN, 253, "the KCP Secret, in this namespace")},
+                "description": "For a v1 Secret item: take its data (and type) from this KCP Secret of the "
+                "SyncResource's namespace, re-applied whenever that Secret changes. The Secret must be labelled "
+                "sync.kyma-project.io/source=true and the namespace enabled by the operator; the item itself may "
+                "hold no data (inline Secrets stay restricted).",
+            },
             "deletePolicy": {
                 "type": "string",
                 "enum": [p.value for p in model.DeletePolicy],

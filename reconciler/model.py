@@ -98,6 +98,12 @@ class DeletePolicy(enum.StrEnum):
     """Then its object stays, released from management: owner marker and synced-by label removed."""
 
 
+class SecretRef(_Model):
+    """A KCP Secret of the SyncResource's namespace whose data (and type) the item's Secret carries."""
+
+    name: str = Field(pattern=DNS_SUBDOMAIN, max_length=253)
+
+
 class ItemSpec(_Model):
     """An item as written in the SyncResource; parsed one by one, so a bad item is that item's Error."""
 
@@ -108,6 +114,7 @@ class ItemSpec(_Model):
     adoption: Adoption = Adoption.NEVER
     delete_policy: DeletePolicy = Field(default=DeletePolicy.DELETE, alias="deletePolicy")
     ignore_fields: tuple[str, ...] = Field(default=(), alias="ignoreFields", max_length=64)
+    secret_ref: SecretRef | None = Field(default=None, alias="secretRef")
 
 
 class ItemError(ValueError):
@@ -212,6 +219,8 @@ class Item:
     delete_policy: DeletePolicy = DeletePolicy.DELETE
     ignore_fields: tuple[tuple[str, ...], ...] = ()
     """Parsed JSON pointers whose live values are kept on every update (drift there is not reset)."""
+    secret_ref: SecretRef | None = None
+    """The item is a Secret whose data comes from this KCP Secret (never from the SyncResource itself)."""
 
     @classmethod
     def parse(cls, spec: ItemSpec) -> "Item":
@@ -247,7 +256,22 @@ class Item:
         if status_only and spec.strategy not in (Strategy.CREATE_AND_SYNC, Strategy.UPDATE_AND_DELETE):
             raise ItemError(f"a status-only item (no resource) cannot be {spec.strategy.value}")
         ignored = tuple(_pointer(text) for text in spec.ignore_fields)
-        return cls(spec.name, spec.strategy, resource, status, status_only, spec.adoption, spec.delete_policy, ignored)
+        if spec.secret_ref is not None:
+            if (resource.get("apiVersion"), resource.get("kind")) != ("v1", "Secret") or status_only:
+                raise ItemError("secretRef is for a v1 Secret item (its resource names the Secret to write)")
+            if "data" in resource or "stringData" in resource:
+                raise ItemError("a Secret with secretRef takes its data from the referenced Secret only")
+        return cls(
+            spec.name,
+            spec.strategy,
+            resource,
+            status,
+            status_only,
+            spec.adoption,
+            spec.delete_policy,
+            ignored,
+            spec.secret_ref,
+        )
 
     def keeping_live(self, body: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
         """``body`` with each ignored field as it is live (or left out where the live object has none)."""

@@ -38,6 +38,11 @@ class SyncResourcesSettings(ControllerSettings):
         description="runtime namespaces only a SyncBinding with allowPrivileged (or naming them in "
         "targetNamespaces) may write to",
     )
+    secret_namespaces: tuple[str, ...] = Field(
+        default=(),
+        description="KCP namespaces whose SyncResources may take Secret data from KCP Secrets (secretRef); those "
+        "Secrets must carry the label sync.kyma-project.io/source=true. Empty: secretRef is off",
+    )
     runtime_timeout_seconds: float = Field(
         default=120,
         gt=0,

@@ -16,8 +16,8 @@ from typing import Any
 
 import pydantic
 
-from clients import informer
-from contract import events
+from clients import informer, kube
+from contract import events, wire
 from reconciler import controller, crds, model, settings, sync_resources, workqueue
 from reconciler.shared import Shared
 
@@ -38,12 +38,25 @@ class SyncResourceController(controller.Controller[Key]):
         self.modules = frozenset({events_module})
         self.resources = self.own(informer.Informer(shared.kcp, crds.SYNC_RESOURCE, namespace=config.namespace))
         self.bindings = self.own(informer.Informer(shared.kcp, crds.SYNC_BINDING))
-        self.reconciler = sync_resources.SyncResourceReconciler(shared, config, bindings=self.bindings)
+        # Only opted-in Secrets, only in the namespaces allowed to reference them (the chart grants just those).
+        self.secrets = {
+            namespace: self.own(
+                informer.Informer(
+                    shared.kcp, kube.SECRETS, namespace=namespace, label_selector=wire.SOURCE_SECRET_SELECTOR
+                )
+            )
+            for namespace in config.secret_namespaces
+        }
+        self.reconciler = sync_resources.SyncResourceReconciler(
+            shared, config, bindings=self.bindings, secrets=self.secrets
+        )
         self._placed: dict[_Placed, set[Key]] = collections.defaultdict(set)
         self._named: dict[_Named, set[Key]] = collections.defaultdict(set)
         self._indexed: dict[Key, tuple[list[_Placed], list[_Named]]] = {}
         self.resources.subscribe(self._resource_changed)
         self.bindings.subscribe(self._binding_changed)
+        for source in self.secrets.values():
+            source.subscribe(self._secret_changed)
 
     async def reconcile(self, key: Key) -> workqueue.Result:
         return await self.reconciler.reconcile(key)
@@ -108,6 +121,16 @@ class SyncResourceController(controller.Controller[Key]):
             for ns in (obj.get("spec") or {}).get("namespaces") or []
         }
         self.queue.add_all(k for k in self.all_keys() if k.namespace in namespaces)
+
+    def _secret_changed(self, change: informer.Change) -> None:
+        """A referenced Secret changed: the SyncResources of its namespace that take data from it apply again."""
+        namespace, name = change.current["metadata"]["namespace"], change.current["metadata"]["name"]
+        self.queue.add_all(
+            _key(obj)
+            for obj in self.resources
+            if obj["metadata"]["namespace"] == namespace
+            and any(item.secret_ref is not None and item.secret_ref.name == name for item in _items(obj))
+        )
 
     def _index(self, key: Key, obj: dict[str, Any]) -> None:
         placed = [

@@ -23,7 +23,7 @@ import datetime
 import enum
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import pydantic
@@ -115,8 +115,16 @@ def _ref(record: model.AppliedRef) -> objects.Ref:
 
 
 class SyncResourceReconciler:
-    def __init__(self, shared: Shared, config: settings.SyncResourcesSettings, *, bindings: informer.Informer) -> None:
+    def __init__(
+        self,
+        shared: Shared,
+        config: settings.SyncResourcesSettings,
+        *,
+        bindings: informer.Informer,
+        secrets: Mapping[str, informer.Informer] | None = None,
+    ) -> None:
         self._shared = shared
+        self._secrets = dict(secrets or {})
         self._kcp = shared.kcp
         self._config = config
         self._bindings = bindings
@@ -480,7 +488,7 @@ class SyncResourceReconciler:
             return ItemOutcome(_status(item, runtime, model.State.ERROR, _describe(exc)))
         names = (resource.gvr.resource, resource.singular)
         restricted = next((r for r in self._restricted if r.matches(item.group, item.kind, *names)), None)
-        if restricted is not None:
+        if restricted is not None and item.secret_ref is None:  # a restricted Secret may come from a real Secret
             message = f"{item.kind} is a restricted kind ({restricted}) and is never synced nor deleted"
             return ItemOutcome(_status(item, runtime, model.State.WARNING, message), ref)
         return Resolved(ref, tenancy.Destination(ref.namespace, names))
@@ -519,6 +527,8 @@ class SyncResourceReconciler:
                 cluster, owner, item, ref, takeover=takeover, writes=writes, dry_run=dry_run
             )
             return ItemOutcome(_status(item, runtime, state, message), ref, record)
+        except SecretSourceError as exc:
+            return ItemOutcome(_status(item, runtime, model.State.ERROR, str(exc)), ref)
         except kube.KubeError as exc:
             # The write may or may not have happened: record it, the marker decides later.
             return ItemOutcome(
@@ -543,6 +553,8 @@ class SyncResourceReconciler:
         A dry run asks the apiserver (dryRun=All) what the write would give and reports the difference.
         """
         body = _marked(item, owner)
+        if item.secret_ref is not None:
+            body.update(self._secret_content(owner.key.namespace, item.secret_ref.name, body))
         live = await cluster.get(ref)
         updating_only = item.strategy == model.Strategy.UPDATE_AND_DELETE
         if live is None and updating_only:
@@ -597,6 +609,20 @@ class SyncResourceReconciler:
             writes.after("Adopted" if holder is None else "Updated")  # drift reset or a new generation
         await self._apply_status(cluster, item, ref)
         return model.State.READY, "adopted" if holder is None else "", True
+
+    def _secret_content(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The data (and type, unless the item sets one) of the KCP Secret a secretRef names."""
+        source = self._secrets.get(namespace)
+        if source is None:
+            raise SecretSourceError(
+                f"secretRef is not enabled for namespace {namespace} (sync_resources.secret_namespaces)"
+            )
+        secret = source.get(name, namespace)
+        if secret is None:
+            raise SecretSourceError(
+                f"no Secret {name} in {namespace} labelled {wire.SOURCE_SECRET_SELECTOR} (the label opts it in)"
+            )
+        return {"data": dict(secret.get("data") or {}), "type": body.get("type") or secret.get("type") or "Opaque"}
 
     async def _set_status_only(
         self, cluster: objects.ClusterObjects, item: model.Item, ref: objects.Ref, *, dry_run: bool
@@ -922,6 +948,10 @@ def _status(
     item: model.Item | model.Unparsable | model.ItemSpec, runtime: str, state: model.State, message: str = ""
 ) -> model.ItemStatus:
     return model.ItemStatus(name=item.name, runtime=runtime, state=state, message=message)
+
+
+class SecretSourceError(Exception):
+    """The Secret a secretRef names cannot be used (not enabled, absent, or not opted in)."""
 
 
 class OrphanCount:

@@ -236,3 +236,17 @@ def test_default_values_route_every_watched_module_end_to_end(helm: Path) -> Non
     assert reported <= set(listener.default_runtime_modules) <= set(listener.modules)
     assert reported <= consumed <= set(init.reconciler_modules.split(","))
     assert reconciler.nats.durable_prefix == init.durable_prefix
+
+
+def test_secret_references_are_granted_only_in_the_namespaces_named(helm: Path) -> None:
+    """secretRef: the reconciler may read Secrets in exactly the listed KCP namespaces (a Role each), nowhere else."""
+    docs = render(helm, "kyma-reconciler", "--set", "syncResources.secretNamespaces={team-a}", namespace="kcp-system")
+    config = reconciler_settings.ReconcilerSettings.model_validate(embedded(docs, "reconciler.yaml"))
+    assert config.sync_resources.secret_namespaces == ("team-a",)
+    secret_rules = [
+        (d["kind"], d["metadata"].get("namespace"))
+        for d in docs
+        if d["kind"] in ("Role", "ClusterRole")
+        and any("secrets" in rule.get("resources", []) for rule in d.get("rules", []))
+    ]
+    assert sorted(secret_rules) == [("Role", "kyma-sync-kubeconfigs"), ("Role", "team-a")]

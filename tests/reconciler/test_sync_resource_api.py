@@ -1,7 +1,9 @@
 """The SyncResource API of the design document (seed 001) against a real KCP and runtime: text manifests,
 status-only items, UpdateAndDelete, strategy changes in every direction, per-item errors, status summary."""
 
+import base64
 import itertools
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -361,6 +363,63 @@ async def test_items_whose_objects_are_gone_show_as_orphaned(kcp: Kcp, run_contr
 
         await eventually(cleared, what="no longer Orphaned")
         assert gauge("kyma_reconciler_orphaned_items", {"namespace": kcp.namespace}) == 0
+
+
+async def test_a_secret_comes_from_a_kcp_secret_by_reference(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """secretRef: the runtime Secret carries the KCP Secret's data and follows its changes; a Secret not opted in by
+    its label is an Error; an inline Secret stays restricted. No secret data ever appears in the SyncResource."""
+    name = f"sec-{uuid.uuid4().hex[:6]}"
+    secrets = kube.SECRETS.path(kcp.namespace)
+    for source, labels in ((name, {wire.SOURCE_SECRET_LABEL: "true"}), (f"{name}-private", {})):
+        await kube.request(
+            kcp.api,
+            "POST",
+            secrets,
+            body={"metadata": {"name": source, "labels": labels}, "stringData": {"token": "s3cret-1"}},
+        )
+
+    def secret_item(item: str, source: str, **extra: Any) -> dict[str, Any]:
+        target = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": item, "namespace": kcp.runtime_namespace}}
+        return {
+            "name": item,
+            "strategy": "CreateAndSync",
+            "resource": {**target, **extra},
+            "secretRef": {"name": source},
+        }
+
+    inline = {
+        "name": "inline",
+        "strategy": "CreateAndSync",
+        "resource": {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "inline", "namespace": kcp.runtime_namespace},
+            "stringData": {"token": "in the spec"},
+        },
+    }
+    runtime_secret = kube.SECRETS.object_path(kcp.runtime_namespace, "by-ref")
+    async with run_controller(sync_resources={"secret_namespaces": [kcp.namespace]}):
+        await kcp.create(
+            "secrets",
+            {
+                "kyma": "skr-1",
+                "items": [secret_item("by-ref", name), secret_item("private", f"{name}-private"), inline],
+            },
+        )
+
+        async def token_is(value: str) -> bool:
+            live = await kube.get_or_none(kcp.skrs["skr-1"], runtime_secret)
+            return live is not None and base64.b64decode(live["data"]["token"]).decode() == value
+
+        await eventually(lambda: token_is("s3cret-1"), what="the referenced data in the runtime")
+        await kube.merge_patch(kcp.api, f"{secrets}/{name}", {"stringData": {"token": "s3cret-2"}})
+        await eventually(lambda: token_is("s3cret-2"), what="the change followed")
+        status = (await kcp.get("secrets") or {})["status"]
+    states = {i["name"]: (i["state"], i.get("message", "")) for i in status["items"]}
+    assert states["private"][0] == "Error" and "labelled" in states["private"][1]
+    assert states["inline"][0] == "Warning" and "restricted" in states["inline"][1]
+    assert "s3cret" not in json.dumps(await kcp.get("secrets"))
+    assert await kube.get_or_none(kcp.skrs["skr-1"], kube.SECRETS.object_path(kcp.runtime_namespace, "inline")) is None
 
 
 async def test_a_single_runtime_sync_resource_is_labelled_with_its_kyma(
