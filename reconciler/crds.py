@@ -17,10 +17,10 @@ KYMA = kube.Gvr(GROUP, "v1beta2", "kymas")
 MODULE_TEMPLATE = kube.Gvr(GROUP, "v1beta2", "moduletemplates")
 VPC_PEERING = kube.Gvr("cloud-resources.kyma-project.io", "v1beta1", "vpcpeerings")
 
-_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+OBJECT_SCHEMA = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
 
-def _crd(
+def definition(
     *,
     gvr: kube.Gvr,
     kind: str,
@@ -29,6 +29,7 @@ def _crd(
     printer: list[dict[str, Any]],
     scope: str = "Namespaced",
 ) -> dict[str, Any]:
+    """A CustomResourceDefinition of one served version with a status subresource."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -196,9 +197,9 @@ def sync_resource_crd() -> dict[str, Any]:
             "conditions": _described(
                 "Ready: True when every item is Ready in every runtime.",
                 type="array",
-                items=_OBJECT,
+                items=OBJECT_SCHEMA,
             ),
-            "lastOperation": _described("The last change of state, in words, and when.", **_OBJECT),
+            "lastOperation": _described("The last change of state, in words, and when.", **OBJECT_SCHEMA),
             "itemCount": _described("Items in the spec.", type="integer"),
             "runtimeCount": _described("Runtimes the items are synced to.", type="integer"),
             "ready": _described("Item-runtime pairs Ready, of all (e.g. 19/20).", type="string"),
@@ -265,7 +266,7 @@ def sync_resource_crd() -> dict[str, Any]:
         {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
-    return _crd(gvr=SYNC_RESOURCE, kind="SyncResource", short="sr", schema=schema, printer=printer)
+    return definition(gvr=SYNC_RESOURCE, kind="SyncResource", short="sr", schema=schema, printer=printer)
 
 
 def _kind_rules(description: str) -> dict[str, Any]:
@@ -320,7 +321,7 @@ def sync_binding_crd() -> dict[str, Any]:
     }
     schema = {"type": "object", "properties": {"spec": spec}, "required": ["spec"]}
     printer = [{"name": "Namespaces", "type": "string", "jsonPath": ".spec.namespaces"}]
-    return _crd(gvr=SYNC_BINDING, kind="SyncBinding", short="sb", schema=schema, printer=printer, scope="Cluster")
+    return definition(gvr=SYNC_BINDING, kind="SyncBinding", short="sb", schema=schema, printer=printer, scope="Cluster")
 
 
 def kyma_crd() -> dict[str, Any]:
@@ -348,23 +349,23 @@ def kyma_crd() -> dict[str, Any]:
                 "x-kubernetes-preserve-unknown-fields": True,
                 "properties": {"channel": {"type": "string"}, "modules": modules},
             },
-            "status": _OBJECT,
+            "status": OBJECT_SCHEMA,
         },
     }
     printer = [{"name": "State", "type": "string", "jsonPath": ".status.state"}]
-    return _crd(gvr=KYMA, kind="Kyma", short="kyma", schema=schema, printer=printer)
+    return definition(gvr=KYMA, kind="Kyma", short="kyma", schema=schema, printer=printer)
 
 
 def module_template_crd() -> dict[str, Any]:
-    schema = {"type": "object", "properties": {"spec": _OBJECT}}
-    return _crd(gvr=MODULE_TEMPLATE, kind="ModuleTemplate", short="mt", schema=schema, printer=[])
+    schema = {"type": "object", "properties": {"spec": OBJECT_SCHEMA}}
+    return definition(gvr=MODULE_TEMPLATE, kind="ModuleTemplate", short="mt", schema=schema, printer=[])
 
 
 def vpc_peering_crd() -> dict[str, Any]:
     """The runtime-side resource of the SKR -> KCP mirror example (cloud-manager owns the real one)."""
-    schema = {"type": "object", "properties": {"spec": _OBJECT, "status": _OBJECT}}
+    schema = {"type": "object", "properties": {"spec": OBJECT_SCHEMA, "status": OBJECT_SCHEMA}}
     printer = [{"name": "State", "type": "string", "jsonPath": ".status.state"}]
-    return _crd(gvr=VPC_PEERING, kind="VpcPeering", short="vpcp", schema=schema, printer=printer)
+    return definition(gvr=VPC_PEERING, kind="VpcPeering", short="vpcp", schema=schema, printer=printer)
 
 
 CRDS = kube.Gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions")

@@ -510,22 +510,24 @@ class SyncResourceReconciler:
         refusal = policy.refusal(item, resolved.destination, labels=labels)
         if refusal is not None:
             return ItemOutcome(_status(item, runtime, model.State.FORBIDDEN, refusal), ref)
-        takeover = Takeover(
-            allowed=policy.allows_adoption(item, resolved.destination, labels=labels),
-            privileged_allowed=policy.allows_privileged(item, resolved.destination, labels=labels),
+        act = Acting(
+            cluster=cluster,
+            owner=owner,
+            takeover=Takeover(
+                allowed=policy.allows_adoption(item, resolved.destination, labels=labels),
+                privileged_allowed=policy.allows_privileged(item, resolved.destination, labels=labels),
+            ),
+            writes=writes,
+            dry_run=dry_run,
         )
         try:
             if item.status_only:
-                state, message = await self._set_status_only(cluster, item, ref, dry_run=dry_run)
+                state, message = await self._set_status_only(item, ref, act)
                 return ItemOutcome(_status(item, runtime, state, message), ref)
             if item.strategy == model.Strategy.DELETE:
-                state, message = await self._delete_item(
-                    cluster, owner, item, ref, takeover=takeover, writes=writes, dry_run=dry_run
-                )
+                state, message = await self._delete_item(item, ref, act)
                 return ItemOutcome(_status(item, runtime, state, message), ref)
-            state, message, record = await self._apply_item(
-                cluster, owner, item, ref, takeover=takeover, writes=writes, dry_run=dry_run
-            )
+            state, message, record = await self._apply_item(item, ref, act)
             return ItemOutcome(_status(item, runtime, state, message), ref, record)
         except SecretSourceError as exc:
             return ItemOutcome(_status(item, runtime, model.State.ERROR, str(exc)), ref)
@@ -537,62 +539,52 @@ class SyncResourceReconciler:
                 record=_may_write(item),
             )
 
-    async def _apply_item(
-        self,
-        cluster: objects.ClusterObjects,
-        owner: Owner,
-        item: model.Item,
-        ref: objects.Ref,
-        *,
-        takeover: "Takeover",
-        writes: "Writes",
-        dry_run: bool,
-    ) -> tuple[model.State, str, bool]:
-        """(state, message, whether the object is ours now); ``writes`` hears of each write, before and after.
+    async def _apply_item(self, item: model.Item, ref: objects.Ref, act: "Acting") -> tuple[model.State, str, bool]:
+        """(state, message, whether the object is ours now); ``act.writes`` hears of each write, before and after.
 
         A dry run asks the apiserver (dryRun=All) what the write would give and reports the difference.
         """
-        body = _marked(item, owner)
+        body = _marked(item, act.owner)
         if item.secret_ref is not None:
-            body.update(self._secret_content(owner.key.namespace, item.secret_ref.name, body))
-        live = await cluster.get(ref)
+            body.update(self._secret_content(act.owner.key.namespace, item.secret_ref.name, body))
+        live = await act.cluster.get(ref)
         updating_only = item.strategy == model.Strategy.UPDATE_AND_DELETE
         if live is None and updating_only:
             return model.State.READY, f"{GONE}nothing to update (UpdateAndDelete never creates); remove the item", False
-        if live is None and dry_run:
-            await cluster.apply(body, dry_run=True)  # the apiserver's validation and admission, nothing stored
+        if live is None and act.dry_run:
+            await act.cluster.apply(body, dry_run=True)  # the apiserver's validation and admission, nothing stored
             return model.State.PROCESSING, "would create", False
         if live is None:
-            writes.before()
+            act.writes.before()
             try:
-                await cluster.create(body)
+                await act.cluster.create(body)
             except kube.ConflictError:
                 return model.State.ERROR, "created by someone else meanwhile; checking again", False
-            writes.after("Created")
-            await self._apply_status(cluster, item, ref)
+            act.writes.after("Created")
+            await self._apply_status(act.cluster, item, ref)
             return model.State.READY, "", True
         if live["metadata"].get("deletionTimestamp"):
             if updating_only:
-                return model.State.DELETING, "being deleted: no longer updated; Ready once gone", owner.owns(live)
+                return model.State.DELETING, "being deleted: no longer updated; Ready once gone", act.owner.owns(live)
             return (
                 model.State.PROCESSING,
                 "the object is being deleted; it is created again once gone",
-                owner.owns(live),
+                act.owner.owns(live),
             )
         holder = marker_uid(live)
-        if holder is not None and holder != owner.uid:
+        if holder is not None and holder != act.owner.uid:
             source = (live["metadata"].get("annotations") or {}).get(wire.SOURCE_ANNOTATION, holder)
             return model.State.CONFLICT, f"managed by SyncResource {source}", False
         if holder is None:
-            refusal = _adoption_refusal(item, live, takeover=takeover)
+            refusal = _adoption_refusal(item, live, takeover=act.takeover)
             if refusal is not None:
                 return model.State.WARNING, f"{refusal}: left alone", False
         if holder is not None and item.strategy == model.Strategy.CREATE_AND_IGNORE:
             return model.State.READY, "", True
         body = item.keeping_live(body, live)
         body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
-        if dry_run:
-            changes = diff.changed_paths(live, await cluster.apply(body, dry_run=True))
+        if act.dry_run:
+            changes = diff.changed_paths(live, await act.cluster.apply(body, dry_run=True))
             verb = "would adopt and change" if holder is None else "would change"
             return (
                 (model.State.PROCESSING, f"{verb} {', '.join(changes)}", False)
@@ -603,11 +595,11 @@ class SyncResourceReconciler:
                     False,
                 )
             )
-        writes.before()
-        result = await cluster.apply(body)
+        act.writes.before()
+        result = await act.cluster.apply(body)
         if result["metadata"].get("resourceVersion") != live["metadata"]["resourceVersion"]:
-            writes.after("Adopted" if holder is None else "Updated")  # drift reset or a new generation
-        await self._apply_status(cluster, item, ref)
+            act.writes.after("Adopted" if holder is None else "Updated")  # drift reset or a new generation
+        await self._apply_status(act.cluster, item, ref)
         return model.State.READY, "adopted" if holder is None else "", True
 
     def _secret_content(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -624,22 +616,20 @@ class SyncResourceReconciler:
             )
         return {"data": dict(secret.get("data") or {}), "type": body.get("type") or secret.get("type") or "Opaque"}
 
-    async def _set_status_only(
-        self, cluster: objects.ClusterObjects, item: model.Item, ref: objects.Ref, *, dry_run: bool
-    ) -> tuple[model.State, str]:
+    async def _set_status_only(self, item: model.Item, ref: objects.Ref, act: "Acting") -> tuple[model.State, str]:
         """A status-only item: the status of an object someone else creates, set while it exists."""
-        live = await cluster.get(ref)
+        live = await act.cluster.get(ref)
         if live is None:
             if item.strategy == model.Strategy.UPDATE_AND_DELETE:
                 return model.State.READY, f"{GONE}no status to set; remove the item"
             return model.State.WARNING, "does not exist (yet): its status is set once it does"
         if live["metadata"].get("deletionTimestamp"):
             return model.State.DELETING, "being deleted: its status is no longer set"
-        if dry_run:
+        if act.dry_run:
             current = live.get("status") or {}
             differs = any(current.get(key) != value for key, value in (item.status or {}).items())
             return (model.State.PROCESSING, "would set its status") if differs else (model.State.READY, "in sync")
-        await self._apply_status(cluster, item, ref)
+        await self._apply_status(act.cluster, item, ref)
         return model.State.READY, ""
 
     async def _apply_status(self, cluster: objects.ClusterObjects, item: model.Item, ref: objects.Ref) -> None:
@@ -651,33 +641,23 @@ class SyncResourceReconciler:
             subresource="status",
         )
 
-    async def _delete_item(
-        self,
-        cluster: objects.ClusterObjects,
-        owner: Owner,
-        item: model.Item,
-        ref: objects.Ref,
-        *,
-        takeover: "Takeover",
-        writes: "Writes",
-        dry_run: bool,
-    ) -> tuple[model.State, str]:
-        live = await cluster.get(ref)
+    async def _delete_item(self, item: model.Item, ref: objects.Ref, act: "Acting") -> tuple[model.State, str]:
+        live = await act.cluster.get(ref)
         if live is None:
             return model.State.READY, f"{GONE}nothing to delete; the item can be removed"
         holder = marker_uid(live)
-        if holder is not None and holder != owner.uid:
+        if holder is not None and holder != act.owner.uid:
             return model.State.CONFLICT, "managed by another SyncResource: not deleted"
         if holder is None:
-            refusal = _adoption_refusal(item, live, takeover=takeover)
+            refusal = _adoption_refusal(item, live, takeover=act.takeover)
             if refusal is not None:
                 return model.State.WARNING, f"{refusal}: not deleted"
-        if dry_run:
+        if act.dry_run:
             return model.State.PROCESSING, "would delete"
         if not live["metadata"].get("deletionTimestamp"):
-            await cluster.delete(ref, preconditions=_as_seen(live))
-            writes.after("Deleted")
-            if await cluster.get(ref) is None:
+            await act.cluster.delete(ref, preconditions=_as_seen(live))
+            act.writes.after("Deleted")
+            if await act.cluster.get(ref) is None:
                 return model.State.READY, "deleted"
         return model.State.DELETING, "waiting until the object is gone"
 
@@ -980,6 +960,18 @@ class Writes:
 
     before: Callable[[], None]
     after: Callable[[str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Acting:
+    """What acting on one item in one runtime needs besides the item: the runtime, whose marker, what may be
+    taken over, who hears of writes, and whether this is a dry run."""
+
+    cluster: objects.ClusterObjects
+    owner: Owner
+    takeover: "Takeover"
+    writes: Writes
+    dry_run: bool
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Change events about ConfigMaps, as the tests need them: one place that builds them."""
+"""Test data built in one place: change events about ConfigMaps, and the design document's SyncResource."""
 
 import uuid
 from typing import Any
@@ -35,3 +35,63 @@ def configmap_event(
         change_type=change_type,
         body={"data": {}} if body is None else body,
     )
+
+
+# The design document's example (seed 001), with its typos fixed: Configmap -> ConfigMap, the missing colon after
+# update.properties, the item indentation, and a Deployment spec where it says "....".
+DESIGN_EXAMPLE = """
+apiVersion: operator.kyma-project.io/v1alpha1
+kind: SyncResource
+metadata:
+  labels:
+    "operator.kyma-project.io/kyma-name": skr-1
+  name: design-example
+spec:
+  kyma: skr-1
+  items:
+  - strategy: CreateAndSync
+    name: config-update
+    resource: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+          name: config-update
+          namespace: kyma-system
+      data:
+          update.properties: |
+              foo=bar
+  - strategy: Delete
+    name: config-to-deleted
+    resource: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+          name: some-config
+          namespace: kyma-system
+  - strategy: CreateAndSync
+    name: module-cr
+    subresource: |
+      apiVersion: operator.kyma-project.io/v1alpha1
+      kind: SomeModule
+      metadata:
+          name: module-cr-name
+          namespace: kyma-system
+      status:
+        state: Ready
+  - strategy: CreateAndIgnore
+    name: some-deployment
+    resource: |
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata:
+          name: app
+          namespace: kyma-system
+      spec:
+          selector:
+            matchLabels: {app: app}
+          template:
+            metadata:
+              labels: {app: app}
+            spec:
+              containers: [{name: app, image: busybox}]
+"""

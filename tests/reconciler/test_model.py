@@ -4,8 +4,11 @@ import json
 from typing import Any
 
 import pytest
+import yaml
 
 from reconciler import model
+
+from ..factories import DESIGN_EXAMPLE
 
 
 def resource(**fields: Any) -> dict[str, Any]:
@@ -106,17 +109,9 @@ def test_a_bad_item_says_what_is_wrong(item: dict[str, Any], reason: str) -> Non
 
 
 def test_a_status_only_item_names_its_object_from_the_subresource() -> None:
-    """The design document's module-CR form: no resource, a whole object with status; only the status is set."""
-    text = """
-        apiVersion: operator.kyma-project.io/v1alpha1
-        kind: SomeModule
-        metadata:
-          name: module-cr-name
-          namespace: kyma-system
-        status:
-          state: Ready
-    """
-    item = parse(subresource=text)
+    """The design document's module-CR item: no resource, a whole object with status; only the status is set."""
+    [module_cr] = [i for i in yaml.safe_load(DESIGN_EXAMPLE)["spec"]["items"] if i["name"] == "module-cr"]
+    item = model.Item.parse(model.ItemSpec.model_validate(module_cr))
     assert item.status_only and item.status == {"state": "Ready"}
     assert (item.api_version, item.kind, item.object_name, item.namespace) == (
         "operator.kyma-project.io/v1alpha1",

@@ -15,93 +15,17 @@ from clients import kube
 from contract import wire
 from reconciler import crds
 
+from ..factories import DESIGN_EXAMPLE
 from ..waiting import eventually
 from .conftest import Kcp, bind
 
 pytestmark = pytest.mark.integration
 
-# The design document's example (seed 001), with its typos fixed: Configmap -> ConfigMap, the missing colon after
-# update.properties, the item indentation, and a Deployment spec where it says "....".
-DESIGN_EXAMPLE = """
-apiVersion: operator.kyma-project.io/v1alpha1
-kind: SyncResource
-metadata:
-  labels:
-    "operator.kyma-project.io/kyma-name": skr-1
-  name: design-example
-spec:
-  kyma: skr-1
-  items:
-  - strategy: CreateAndSync
-    name: config-update
-    resource: |
-      apiVersion: v1
-      kind: ConfigMap
-      metadata:
-          name: config-update
-          namespace: kyma-system
-      data:
-          update.properties: |
-              foo=bar
-  - strategy: Delete
-    name: config-to-deleted
-    resource: |
-      apiVersion: v1
-      kind: ConfigMap
-      metadata:
-          name: some-config
-          namespace: kyma-system
-  - strategy: CreateAndSync
-    name: module-cr
-    subresource: |
-      apiVersion: operator.kyma-project.io/v1alpha1
-      kind: SomeModule
-      metadata:
-          name: module-cr-name
-          namespace: kyma-system
-      status:
-        state: Ready
-  - strategy: CreateAndIgnore
-    name: some-deployment
-    resource: |
-      apiVersion: apps/v1
-      kind: Deployment
-      metadata:
-          name: app
-          namespace: kyma-system
-      spec:
-          selector:
-            matchLabels: {app: app}
-          template:
-            metadata:
-              labels: {app: app}
-            spec:
-              containers: [{name: app, image: busybox}]
-"""
-
 SOME_MODULE = kube.Gvr("operator.kyma-project.io", "v1alpha1", "somemodules")
 
 
 def some_module_crd() -> dict[str, Any]:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{SOME_MODULE.resource}.{SOME_MODULE.group}"},
-        "spec": {
-            "group": SOME_MODULE.group,
-            "scope": "Namespaced",
-            "names": {"kind": "SomeModule", "plural": SOME_MODULE.resource, "singular": "somemodule"},
-            "versions": [
-                {
-                    "name": SOME_MODULE.version,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                }
-            ],
-        },
-    }
+    return crds.definition(gvr=SOME_MODULE, kind="SomeModule", short="sm", schema=crds.OBJECT_SCHEMA, printer=[])
 
 
 async def test_the_design_documents_example_applies_as_yaml_text(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
@@ -367,7 +291,8 @@ async def test_items_whose_objects_are_gone_show_as_orphaned(kcp: Kcp, run_contr
 
 async def test_a_secret_comes_from_a_kcp_secret_by_reference(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
     """secretRef: the runtime Secret carries the KCP Secret's data and follows its changes; a Secret not opted in by
-    its label is an Error; an inline Secret stays restricted. No secret data ever appears in the SyncResource."""
+    its label is an Error. No secret data ever appears in the SyncResource. (Inline Secrets stay restricted:
+    test_sync_resources.py's test_restricted_kind_is_a_warning_and_not_applied.)"""
     name = f"sec-{uuid.uuid4().hex[:6]}"
     secrets = kube.SECRETS.path(kcp.namespace)
     for source, labels in ((name, {wire.SOURCE_SECRET_LABEL: "true"}), (f"{name}-private", {})):
@@ -387,23 +312,13 @@ async def test_a_secret_comes_from_a_kcp_secret_by_reference(kcp: Kcp, run_contr
             "secretRef": {"name": source},
         }
 
-    inline = {
-        "name": "inline",
-        "strategy": "CreateAndSync",
-        "resource": {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "inline", "namespace": kcp.runtime_namespace},
-            "stringData": {"token": "in the spec"},
-        },
-    }
     runtime_secret = kube.SECRETS.object_path(kcp.runtime_namespace, "by-ref")
     async with run_controller(sync_resources={"secret_namespaces": [kcp.namespace]}):
         await kcp.create(
             "secrets",
             {
                 "kyma": "skr-1",
-                "items": [secret_item("by-ref", name), secret_item("private", f"{name}-private"), inline],
+                "items": [secret_item("by-ref", name), secret_item("private", f"{name}-private")],
             },
         )
 
@@ -417,9 +332,7 @@ async def test_a_secret_comes_from_a_kcp_secret_by_reference(kcp: Kcp, run_contr
         status = (await kcp.get("secrets") or {})["status"]
     states = {i["name"]: (i["state"], i.get("message", "")) for i in status["items"]}
     assert states["private"][0] == "Error" and "labelled" in states["private"][1]
-    assert states["inline"][0] == "Warning" and "restricted" in states["inline"][1]
     assert "s3cret" not in json.dumps(await kcp.get("secrets"))
-    assert await kube.get_or_none(kcp.skrs["skr-1"], kube.SECRETS.object_path(kcp.runtime_namespace, "inline")) is None
 
 
 async def test_a_single_runtime_sync_resource_is_labelled_with_its_kyma(
@@ -464,24 +377,9 @@ async def test_namespaces_and_crds_go_first_so_one_pass_is_enough(kcp: Kcp, run_
     the first pass: the state goes Processing -> Ready with no Error in between; deleting removes them all."""
     suffix = uuid.uuid4().hex[:6]
     group, namespace = f"t{suffix}.example.com", f"ns-{suffix}"
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"widgets.{group}"},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                }
-            ],
-        },
-    }
+    crd = crds.definition(
+        gvr=kube.Gvr(group, "v1", "widgets"), kind="Widget", short="wd", schema=crds.OBJECT_SCHEMA, printer=[]
+    )
     widget = {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": namespace}}
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": namespace}}
     items = [

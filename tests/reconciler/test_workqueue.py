@@ -11,14 +11,16 @@ from reconciler import workqueue
 pytestmark = pytest.mark.looptime
 
 
-def make_queue(reconcile: "workqueue.Reconcile[str]", workers: int = 2) -> "workqueue.WorkQueue[str]":
+def make_queue(
+    reconcile: "workqueue.Reconcile[str]", workers: int = 2, *, backoff: tuple[float, float] = (0.01, 0.05)
+) -> "workqueue.WorkQueue[str]":
     return workqueue.WorkQueue(
         name="t",
         reconcile=reconcile,
         workers=workers,
         metrics=workqueue.QueueMetrics(CollectorRegistry()),
-        backoff_initial=0.01,
-        backoff_max=0.05,
+        backoff_initial=backoff[0],
+        backoff_max=backoff[1],
     )
 
 
@@ -120,14 +122,7 @@ async def test_retry_delay_tells_when_the_queue_retries_a_failed_key() -> None:
     async def reconcile(key: str) -> workqueue.Result:
         return outcomes.pop(0)
 
-    queue = workqueue.WorkQueue(
-        name="t",
-        reconcile=reconcile,
-        workers=1,
-        metrics=workqueue.QueueMetrics(CollectorRegistry()),
-        backoff_initial=0.4,
-        backoff_max=0.4,
-    )
+    queue = make_queue(reconcile, workers=1, backoff=(0.4, 0.4))
     stop = asyncio.Event()
     running = asyncio.create_task(queue.run(stop=stop))
     await queue.add("a")
@@ -150,14 +145,7 @@ async def test_a_failing_key_retriggered_while_running_still_backs_off() -> None
         await asyncio.sleep(0.01)
         return workqueue.Result.failed("still broken")
 
-    queue = workqueue.WorkQueue(
-        name="t",
-        reconcile=reconcile,
-        workers=1,
-        metrics=workqueue.QueueMetrics(CollectorRegistry()),
-        backoff_initial=100,
-        backoff_max=100,
-    )
+    queue = make_queue(reconcile, workers=1, backoff=(100, 100))
     stop = asyncio.Event()
     running = asyncio.create_task(queue.run(stop=stop))
     for _ in range(5):
