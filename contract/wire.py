@@ -43,6 +43,8 @@ KUBECONFIG_NAMESPACE = "kyma-sync-kubeconfigs"
 """Where minted module kubeconfigs go: apart from the master kubeconfigs, so that reading them
 (the reconcilers may) never grants reading a master kubeconfig (only kyma-certs may)."""
 RUNTIME_LABEL = "kyma-project.io/runtime"
+RECORDS_OF_LABEL = "sync.kyma-project.io/records-of"
+"""On a SyncRecord: the uid of the SyncResource whose records it holds."""
 SOURCE_SECRET_LABEL = "sync.kyma-project.io/source"
 """On a KCP Secret: it may be referenced by SyncResource items (secretRef) of its namespace; opt-in."""
 SOURCE_SECRET_SELECTOR = f"{SOURCE_SECRET_LABEL}=true"

@@ -13,6 +13,7 @@ from reconciler import kinds, model
 GROUP = "operator.kyma-project.io"
 SYNC_RESOURCE = kube.Gvr(GROUP, "v1alpha1", "syncresources")
 SYNC_BINDING = kube.Gvr(GROUP, "v1alpha1", "syncbindings")
+SYNC_RECORD = kube.Gvr(GROUP, "v1alpha1", "syncrecords")
 KYMA = kube.Gvr(GROUP, "v1beta2", "kymas")
 MODULE_TEMPLATE = kube.Gvr(GROUP, "v1beta2", "moduletemplates")
 VPC_PEERING = kube.Gvr("cloud-resources.kyma-project.io", "v1beta1", "vpcpeerings")
@@ -170,20 +171,6 @@ def sync_resource_crd() -> dict[str, Any]:
             "message": _described("Why, when not Ready.", type="string"),
         },
     }
-    applied = {
-        "type": "object",
-        "description": "An object this SyncResource may have put into a runtime: released (deleted if still "
-        "ours) once no item wants it.",
-        "properties": {
-            "runtime": {"type": "string"},
-            "item": {"type": "string"},
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "namespace": {"type": "string"},
-            "name": {"type": "string"},
-            "deletePolicy": {"type": "string"},
-        },
-    }
     status = {
         "type": "object",
         "description": "What the reconciler did, written by it only.",
@@ -203,8 +190,17 @@ def sync_resource_crd() -> dict[str, Any]:
             "itemCount": _described("Items in the spec.", type="integer"),
             "runtimeCount": _described("Runtimes the items are synced to.", type="integer"),
             "ready": _described("Item-runtime pairs Ready, of all (e.g. 19/20).", type="string"),
-            "items": _described("Per item and runtime: state and message.", type="array", items=item_status),
-            "applied": _described("What may exist where because of this SyncResource.", type="array", items=applied),
+            "items": _described(
+                "Per item and runtime: state and message — for every runtime when the SyncResource covers up to "
+                "10 runtimes, beyond that only for runtimes not Ready (at most 100; detailsOmitted says how many "
+                "more).",
+                type="array",
+                items=item_status,
+            ),
+            "summary": _described(
+                "Per item: in how many runtimes it is Ready, of how many.", type="array", items=OBJECT_SCHEMA
+            ),
+            "detailsOmitted": _described("Entries not listed in items (beyond the first 100).", type="integer"),
         },
     }
     schema = {
@@ -388,9 +384,45 @@ async def install(api: kube.ApiClient, definitions: list[dict[str, Any]], *, tim
             await asyncio.sleep(0.1)
 
 
+_APPLIED = {
+    "type": "object",
+    "description": "An object a SyncResource may have put into a runtime: released (deleted if still ours, or "
+    "unmarked for deletePolicy Orphan) once no item wants it.",
+    "properties": {
+        "runtime": {"type": "string"},
+        "item": {"type": "string"},
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "namespace": {"type": "string"},
+        "name": {"type": "string"},
+        "deletePolicy": {"type": "string"},
+    },
+}
+
+
+def sync_record_crd() -> dict[str, Any]:
+    """Where a SyncResource's records live, sharded by runtime (``reconciler.records``): written by the reconciler."""
+    spec = {
+        "type": "object",
+        "description": "What one SyncResource may have put into the runtimes of one shard.",
+        "properties": {
+            "syncResource": _described("The SyncResource (same namespace; it owns this object).", type="string"),
+            "shard": _described("The shard: a stable hash of the runtime's name.", type="integer"),
+            "applied": _described(
+                "Objects that may exist because of the SyncResource: released once no item wants them.",
+                type="array",
+                items=_APPLIED,
+            ),
+        },
+    }
+    schema = {"type": "object", "properties": {"spec": spec}}
+    printer = [{"name": "SyncResource", "type": "string", "jsonPath": ".spec.syncResource"}]
+    return definition(gvr=SYNC_RECORD, kind="SyncRecord", short="srec", schema=schema, printer=printer)
+
+
 def kcp_crds() -> list[dict[str, Any]]:
     """The CRDs the reconciler chart ships (`python -m reconciler.crds DIR` writes them)."""
-    return [sync_resource_crd(), sync_binding_crd(), kyma_crd(), module_template_crd()]
+    return [sync_resource_crd(), sync_binding_crd(), sync_record_crd(), kyma_crd(), module_template_crd()]
 
 
 def write(directory: Path) -> list[Path]:

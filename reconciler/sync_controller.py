@@ -50,10 +50,15 @@ class SyncResourceController(controller.Controller[Key]):
         self.reconciler = sync_resources.SyncResourceReconciler(
             shared, config, bindings=self.bindings, secrets=self.secrets
         )
+        # Where each SyncResource put what, from its SyncRecords (routing only: the reconciler reads them live).
+        self.records = self.own(informer.Informer(shared.kcp, crds.SYNC_RECORD, namespace=config.namespace))
         self._placed: dict[_Placed, set[Key]] = collections.defaultdict(set)
+        self._placed_by_record: dict[tuple[str, str], tuple[Key, list[_Placed]]] = {}
+        self._runtimes_placed: dict[Key, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         self._named: dict[_Named, set[Key]] = collections.defaultdict(set)
-        self._indexed: dict[Key, tuple[list[_Placed], list[_Named]]] = {}
+        self._named_by_key: dict[Key, list[_Named]] = {}
         self.resources.subscribe(self._resource_changed)
+        self.records.subscribe(self._records_changed)
         self.bindings.subscribe(self._binding_changed)
         for source in self.secrets.values():
             source.subscribe(self._secret_changed)
@@ -73,7 +78,7 @@ class SyncResourceController(controller.Controller[Key]):
             _key(obj)
             for obj in self.resources
             if self._targets(_key(obj), runtime)
-            or any(placed[0] == runtime for placed in self._indexed.get(_key(obj), ([], []))[0])
+            or self._runtimes_placed.get(_key(obj), collections.Counter())[runtime] > 0
             or any(entry.get("runtime") == runtime for entry in _reported(obj))
         ]
 
@@ -132,32 +137,45 @@ class SyncResourceController(controller.Controller[Key]):
             and any(item.secret_ref is not None and item.secret_ref.name == name for item in _items(obj))
         )
 
-    def _index(self, key: Key, obj: dict[str, Any]) -> None:
-        placed = [
-            (a.runtime, a.api_version.rpartition("/")[0], a.kind, a.namespace or "", a.name) for a in _records(obj)
+    def _records_changed(self, change: informer.Change) -> None:
+        """Index a SyncRecord's entries: an event about one of them reaches its SyncResource."""
+        record = (change.current["metadata"]["namespace"], change.current["metadata"]["name"])
+        previous = self._placed_by_record.pop(record, None)
+        if previous is not None:
+            old_key, old_entries = previous
+            for entry in old_entries:
+                self._placed[entry].discard(old_key)
+                if not self._placed[entry]:
+                    del self._placed[entry]
+                self._runtimes_placed[old_key][entry[0]] -= 1
+        if change.new is None:
+            return
+        key = Key(record[0], str((change.new.get("spec") or {}).get("syncResource", "")))
+        entries = [
+            (a.runtime, a.api_version.rpartition("/")[0], a.kind, a.namespace or "", a.name)
+            for a in _applied(change.new)
         ]
-        named = [(item.group, item.kind, item.object_name) for item in _items(obj)]
-        for entry in placed:
+        for entry in entries:
             self._placed[entry].add(key)
+            self._runtimes_placed[key][entry[0]] += 1
+        self._placed_by_record[record] = (key, entries)
+
+    def _index(self, key: Key, obj: dict[str, Any]) -> None:
+        named = [(item.group, item.kind, item.object_name) for item in _items(obj)]
         for name in named:
             self._named[name].add(key)
-        self._indexed[key] = (placed, named)
+        self._named_by_key[key] = named
 
     def _unindex(self, key: Key) -> None:
-        placed, named = self._indexed.pop(key, ([], []))
-        for entry in placed:
-            self._placed[entry].discard(key)
-            if not self._placed[entry]:
-                del self._placed[entry]
-        for name in named:
+        for name in self._named_by_key.pop(key, []):
             self._named[name].discard(key)
             if not self._named[name]:
                 del self._named[name]
 
 
-def _records(obj: dict[str, Any]) -> list[model.AppliedRef]:
+def _applied(record: dict[str, Any]) -> list[model.AppliedRef]:
     try:
-        return model.applied_refs(obj.get("status"))
+        return [model.AppliedRef.model_validate(entry) for entry in (record.get("spec") or {}).get("applied") or []]
     except ValueError:
         return []
 

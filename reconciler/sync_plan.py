@@ -13,6 +13,7 @@ record of that item; a failed apply keeps its record and its live object.
 
 import enum
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from reconciler import model, tenancy
 
@@ -22,6 +23,30 @@ class Placement(enum.StrEnum):
     FORBIDDEN = "forbidden"
     DEPART = "depart"
     GONE = "gone"
+
+
+DETAILED_RUNTIMES = 10
+"""Up to this many runtimes, status.items names every item in every runtime; beyond, only those not Ready."""
+MAX_DETAILS = 100
+
+
+def status_items(items: Iterable[model.ItemStatus], *, runtimes: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(status.items, the rest of the summary) sized for any number of runtimes: per item, how many runtimes are
+    Ready of how many; details for every runtime of a small SyncResource, else only for those not Ready (at most
+    MAX_DETAILS, the number left out said)."""
+    ordered = sorted(items, key=lambda i: (i.runtime, i.name))
+    counts: dict[str, list[int]] = {}
+    for status in ordered:
+        ready_total = counts.setdefault(status.name, [0, 0])
+        ready_total[0] += status.state == model.State.READY
+        ready_total[1] += 1
+    shown = ordered if runtimes <= DETAILED_RUNTIMES else [i for i in ordered if i.state != model.State.READY]
+    summary: dict[str, Any] = {
+        "summary": [{"name": name, "ready": ready, "total": total} for name, (ready, total) in sorted(counts.items())]
+    }
+    if len(shown) > MAX_DETAILS:
+        summary["detailsOmitted"] = len(shown) - MAX_DETAILS
+    return [i.model_dump(exclude_defaults=True) for i in shown[:MAX_DETAILS]], summary
 
 
 def orphaned(items: Iterable[model.ItemStatus], *, gone: str) -> list[str]:

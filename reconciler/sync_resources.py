@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from clients import informer, kube, objects
 from contract import wire
 from kit import aio
-from reconciler import crds, diff, kinds, model, runtime_clients, settings, sync_plan, tenancy, workqueue
+from reconciler import crds, diff, kinds, model, records, runtime_clients, settings, sync_plan, tenancy, workqueue
 from reconciler.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,7 @@ class SyncResourceReconciler:
         self._bindings = bindings
         self._restricted = [kinds.GroupKind.parse(entry) for entry in config.restricted_kinds]
         self._orphans = OrphanCount(shared.registry)
+        self._records = records.RecordStore(shared.kcp)
 
     async def reconcile(self, key: Key) -> workqueue.Result:
         try:
@@ -143,20 +144,21 @@ class SyncResourceReconciler:
             self._orphans.count(key, 0)
             return workqueue.Result()
         owner = Owner(key, resource["metadata"]["uid"])
-        applied = model.applied_refs(resource.get("status"))
+        loaded = await self._records.load(resource)
+        applied = loaded.records
         if resource["metadata"].get("deletionTimestamp"):
-            return await self._finalize(owner, resource, applied)
+            return await self._finalize(owner, resource, loaded)
         resource = await self._mark(key, resource)
         try:
             spec = model.Spec.model_validate(resource.get("spec") or {})
         except pydantic.ValidationError as exc:
             message = f"invalid spec: {_short(exc)}"
-            await self._write_status(resource, state=model.State.ERROR, message=message, items=[], applied=applied)
+            await self._write_status(resource, state=model.State.ERROR, message=message, items=[])
             return workqueue.Result.refused(message)
         policy = tenancy.policy_for(key.namespace, self._binding_specs(), protected=self._config.protected_namespaces)
         if not policy.bindings:
             message = f"no SyncBinding covers namespace {key.namespace}: nothing is synced"
-            await self._write_status(resource, state=model.State.FORBIDDEN, message=message, items=[], applied=applied)
+            await self._write_status(resource, state=model.State.FORBIDDEN, message=message, items=[])
             return workqueue.Result()
         generation = resource["metadata"].get("generation")
         if (resource.get("status") or {}).get("observedGeneration") != generation:
@@ -165,7 +167,6 @@ class SyncResourceReconciler:
                 state=model.State.PROCESSING,
                 message=f"applying generation {generation}",
                 items=[],
-                applied=applied,
             )
         parsed = model.parse_items(spec)
         placements = sync_plan.place(
@@ -209,12 +210,12 @@ class SyncResourceReconciler:
             else sync_plan.orphaned(items, gone=GONE)
         )
         self._orphans.count(key, len(orphaned))
+        await self._records.save(resource, loaded, [ref for outcome in outcomes for ref in outcome.applied])
         await self._write_status(
             resource,
             state=state,
             message=message,
             items=items,
-            applied=[ref for outcome in outcomes for ref in outcome.applied],
             orphaned=orphaned,
             summary={
                 "itemCount": len(spec.items),
@@ -439,7 +440,7 @@ class SyncResourceReconciler:
         outcomes = [outcome_of[item.name] for item in items]
         wanted: set[sync_plan.ObjectIdentity] = set()
         unresolved: set[str] = set()
-        records: dict[sync_plan.ObjectIdentity, model.AppliedRef] = {}
+        recorded: dict[sync_plan.ObjectIdentity, model.AppliedRef] = {}
         for item, outcome in zip(items, outcomes, strict=True):
             if outcome.resolved is None or not isinstance(item, model.Item):
                 unresolved.add(item.name)
@@ -449,11 +450,11 @@ class SyncResourceReconciler:
             if _may_write(item):
                 wanted.add(identity)  # a Delete item's object is released like any unwanted one
             if outcome.record:
-                records[identity] = _record(runtime, item, ref)
+                recorded[identity] = _record(runtime, item, ref)
         for record in previously:
             identity = _identity(record)
             if identity in wanted or record.item in unresolved:
-                records.setdefault(identity, record)  # still wanted, even if not written now: kept
+                recorded.setdefault(identity, record)  # still wanted, even if not written now: kept
         stale = sync_plan.stale(previously, wanted=wanted, unresolved_items=unresolved)
         if dry_run:
             statuses = [o.status for o in outcomes] + [
@@ -466,11 +467,11 @@ class SyncResourceReconciler:
             return RuntimeOutcome(sorted(statuses, key=lambda s: s.name), previously, failing)
         still_held, errors, released = await self._release_all(handle, owner, stale)
         for record in still_held:
-            records.setdefault(_identity(record), record)
+            recorded.setdefault(_identity(record), record)
         failing = next((o.status.message for o in outcomes if o.status.state == model.State.ERROR), None)
         return RuntimeOutcome(
             sorted((o.status for o in outcomes), key=lambda s: s.name),
-            list(records.values()),
+            list(recorded.values()),
             failing or (errors[0] if errors else None),
             [*actions, *released],
         )
@@ -711,9 +712,8 @@ class SyncResourceReconciler:
         )
         return "Deleted"
 
-    async def _finalize(
-        self, owner: Owner, resource: dict[str, Any], applied: list[model.AppliedRef]
-    ) -> workqueue.Result:
+    async def _finalize(self, owner: Owner, resource: dict[str, Any], loaded: records.Loaded) -> workqueue.Result:
+        applied = loaded.records
         outcome_of = await self._fan_out(
             owner,
             applied,
@@ -726,10 +726,11 @@ class SyncResourceReconciler:
         await self._announce_actions(resource, outcome_of)
         outcomes = list(outcome_of.values())
         remaining = [ref for outcome in outcomes for ref in outcome.applied]
+        await self._records.save(resource, loaded, remaining)
         if remaining:
             errors = [o.error for o in outcomes if o.error]
             message = f"{len(remaining)} object(s) still to delete" + (f": {errors[0]}" if errors else "")
-            await self._write_status(resource, state=model.State.DELETING, message=message, items=[], applied=remaining)
+            await self._write_status(resource, state=model.State.DELETING, message=message, items=[])
             return workqueue.Result.failed(message) if errors else workqueue.Result(requeue_after=_WAIT_FOR_DELETION)
         await self._patch_metadata(
             owner.key,
@@ -764,7 +765,6 @@ class SyncResourceReconciler:
         state: model.State,
         message: str,
         items: list[model.ItemStatus],
-        applied: list[model.AppliedRef],
         orphaned: list[str] | None = None,
         summary: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
@@ -785,6 +785,7 @@ class SyncResourceReconciler:
             "observedGeneration": generation,
             "lastTransitionTime": previous.get("lastTransitionTime") if previous.get("status") == ready else _now(),
         }
+        shown, counted = sync_plan.status_items(items, runtimes=(summary or {}).get("runtimeCount", 0))
         conditions = [condition]
         if orphaned is not None:
             conditions.append(
@@ -802,17 +803,17 @@ class SyncResourceReconciler:
             "state": state.value,
             "observedGeneration": generation,
             "conditions": conditions,
-            "items": [i.model_dump(exclude_defaults=True) for i in sorted(items, key=lambda i: (i.runtime, i.name))],
-            "applied": [
-                a.model_dump(by_alias=True, exclude_none=True)
-                for a in sorted(applied, key=lambda a: (a.runtime, a.item))
-            ],
+            "items": shown,
+            **counted,
             **(summary or {}),
         }
-        if all(old.get(k) == v for k, v in status.items()):
+        legacy_records = "applied" in old  # moved to SyncRecords by now: the old copy goes
+        if not legacy_records and all(old.get(k) == v for k, v in status.items()):
             return resource
         await self._announce(resource, old, status)
         status["lastOperation"] = {"operation": message, "lastUpdateTime": _now()}
+        if legacy_records:
+            status["applied"] = None
         try:
             return await kube.merge_patch(
                 self._kcp,

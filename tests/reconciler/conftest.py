@@ -140,6 +140,19 @@ class Kcp:
         except kube.NotFoundError:
             return None
 
+    async def applied(self, name: str) -> list[dict[str, Any]]:
+        """The SyncResource's records (from its SyncRecords): what it may have put where."""
+        resource = await self.get(name)
+        if resource is None:
+            return []
+        records, _ = await kube.list_objects(
+            self.api,
+            crds.SYNC_RECORD,
+            namespace=self.namespace,
+            label_selector=f"{wire.RECORDS_OF_LABEL}={resource['metadata']['uid']}",
+        )
+        return [entry for record in records for entry in record["spec"].get("applied") or []]
+
     async def state(self, name: str) -> str | None:
         resource = await self.get(name)
         return ((resource or {}).get("status") or {}).get("state")

@@ -118,8 +118,7 @@ async def test_a_refused_apply_keeps_the_live_object(kcp: Kcp, run_controller: C
         assert deleted == []
     live = await kcp.configmap_in("skr-1", "cm-refused")
     assert live is not None and live["data"] == {"k": "good"}
-    status = (await kcp.get("refused") or {})["status"]
-    assert [a["name"] for a in status["applied"]] == ["cm-refused"]
+    assert [a["name"] for a in await kcp.applied("refused")] == ["cm-refused"]
 
 
 async def test_a_pre_existing_object_is_neither_adopted_nor_deleted(
@@ -376,7 +375,7 @@ async def test_a_deprovisioned_runtime_lets_the_sync_resource_finish(
 
         async def dropped() -> bool:
             status = (await kcp.get("deprovision") or {}).get("status") or {}
-            return not status.get("applied") and status.get("state") == "Ready"
+            return not await kcp.applied("deprovision") and status.get("state") == "Ready"
 
         await eventually(dropped, what="runtime dropped from the record")
         await kube.request(kcp.api, "DELETE", kcp.path("deprovision"))
@@ -504,8 +503,7 @@ async def test_a_runtime_cut_short_keeps_the_record_of_what_was_written(
         await kcp.create("cut", {"kyma": "skr-1", "items": [kcp.configmap("cm-first", {"k": "v"}), hanging]})
 
         async def recorded() -> bool:
-            status = (await kcp.get("cut") or {}).get("status") or {}
-            return "cm-first" in {a["name"] for a in status.get("applied") or []}
+            return "cm-first" in {a["name"] for a in await kcp.applied("cut")}
 
         await eventually(recorded, what="the written object recorded")
         status = (await kcp.get("cut") or {})["status"]
@@ -547,3 +545,46 @@ async def test_events_about_a_failing_sync_resource_wait_for_its_backoff(
 
 def _key(kcp: Kcp, name: str) -> sync_controller.Key:
     return sync_controller.Key(kcp.namespace, name)
+
+
+async def test_records_of_an_earlier_version_are_honoured_then_moved(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A SyncResource whose records still sit in status.applied (written before SyncRecords): the object of an item
+    removed meanwhile is still released, and the records move to SyncRecords, leaving the status."""
+    stale = f"cm-{uuid.uuid4().hex[:6]}"
+    await kcp.create("legacy", {"kyma": "skr-1", "items": [kcp.configmap(f"{stale}-kept", {"k": "v"})]})
+    uid = (await kcp.get("legacy") or {})["metadata"]["uid"]
+    await kube.request(
+        kcp.skrs["skr-1"],
+        "POST",
+        kube.CONFIGMAPS.path(kcp.runtime_namespace),
+        body={
+            "metadata": {
+                "name": stale,
+                "labels": {wire.SYNCED_LABEL: wire.SYNCED_VALUE},
+                "annotations": {wire.OWNER_ANNOTATION: f"{uid}/removed-item"},
+            }
+        },
+    )
+    record = {
+        "runtime": "skr-1",
+        "item": "removed-item",
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "namespace": kcp.runtime_namespace,
+        "name": stale,
+    }
+    await kube.merge_patch(
+        kcp.api,
+        crds.SYNC_RESOURCE.object_path(kcp.namespace, "legacy", subresource="status"),
+        {"status": {"applied": [record]}},
+    )
+    async with run_controller():
+        await eventually(lambda: _absent(kcp, "skr-1", stale), what="the removed item's object released")
+
+        async def moved() -> bool:
+            status = (await kcp.get("legacy") or {}).get("status") or {}
+            return "applied" not in status and [a["name"] for a in await kcp.applied("legacy")] == [f"{stale}-kept"]
+
+        await eventually(moved, what="records moved to SyncRecords")

@@ -125,7 +125,7 @@ async def test_delete_strategy_removes_and_not_found_is_success(kcp: Kcp, run_co
         "spared": "Warning",
         "never-existed": "Ready",
     }
-    assert status["applied"] == []
+    assert await kcp.applied("delete") == []
 
 
 async def test_changing_an_item_to_delete_removes_what_it_created(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
@@ -136,7 +136,7 @@ async def test_changing_an_item_to_delete_removes_what_it_created(kcp: Kcp, run_
         await kcp.patch_spec("switch", {"items": [kcp.configmap("cm-switch", {}, "Delete")]})
         await eventually(lambda: _absent(kcp, "skr-1", "cm-switch"), what="deleted")
         await eventually(lambda: _state_is(kcp, "switch", "Ready"), what="Ready")
-    assert (await kcp.get("switch") or {})["status"]["applied"] == []
+    assert await kcp.applied("switch") == []
 
 
 async def test_renamed_and_removed_items_are_deleted_from_the_runtime(
@@ -159,7 +159,7 @@ async def test_renamed_and_removed_items_are_deleted_from_the_runtime(
         await eventually(lambda: _has(kcp, "skr-1", "new-name", {"k": "v"}), what="renamed")
         await eventually(lambda: _absent(kcp, "skr-1", "old-name"), what="old name deleted")
         await eventually(lambda: _absent(kcp, "skr-1", "stays"), what="removed item deleted")
-        applied = (await kcp.get("rename") or {})["status"]["applied"]
+        applied = await kcp.applied("rename")
         assert [(a["item"], a["name"]) for a in applied] == [("a", "new-name")]
 
 
