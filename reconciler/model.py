@@ -122,6 +122,7 @@ class ItemError(ValueError):
 
 
 MAX_TEXT = 1_048_576
+MAX_NODES = 100_000
 
 
 def _document(value: dict[str, Any] | str, *, field: str) -> dict[str, Any]:
@@ -136,7 +137,23 @@ def _document(value: dict[str, Any] | str, *, field: str) -> dict[str, Any]:
         raise ItemError(f"{field} is not valid YAML or JSON: {' '.join(str(exc).split())[:300]}") from exc
     if len(documents) != 1 or not isinstance(documents[0], dict):
         raise ItemError(f"{field} must hold exactly one object, found {len(documents)} document(s)")
+    if _expanded_size(documents[0]) > MAX_NODES:
+        # YAML aliases share one node many times: a few lines can stand for billions of values once written out.
+        raise ItemError(f"{field} holds more than {MAX_NODES} values once its YAML aliases are expanded")
     return dict(documents[0])
+
+
+def _expanded_size(obj: Any) -> int:
+    """How many values ``obj`` holds written out (aliases counted each time), counting stops past MAX_NODES."""
+    stack, seen = [obj], 0
+    while stack and seen <= MAX_NODES:
+        node = stack.pop()
+        seen += 1
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return seen
 
 
 def _names_itself_validly(obj: dict[str, Any], *, field: str) -> None:

@@ -149,3 +149,11 @@ def test_an_ignored_field_must_be_a_pointer_to_a_field_not_the_identity(pointer:
     """Not a pointer, the whole object, or the object's identity: the item's Error."""
     with pytest.raises(model.ItemError, match="ignoreFields"):
         parse(resource=resource(), ignoreFields=[pointer])
+
+
+def test_yaml_aliases_cannot_expand_into_billions_of_values() -> None:
+    """A 'billion laughs' manifest (nine levels of ten aliases) is refused before anything is written out."""
+    lines = ["apiVersion: v1", "kind: ConfigMap", "metadata: {name: ok, namespace: default}", "a0: &a0 [x, x, x]"]
+    lines += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 10)}]" for n in range(1, 10)]
+    with pytest.raises(model.ItemError, match="aliases"):
+        parse(resource="\n".join(lines))
