@@ -167,4 +167,7 @@ class Informer:
     def _notify(self, changes: list[Change]) -> None:
         for change in changes:
             for listener in self._listeners:
-                listener(change)
+                try:
+                    listener(change)
+                except Exception:  # one object a listener cannot digest must not stop the informer
+                    log.exception("informer listener failed", extra={"resource": self.describe()})

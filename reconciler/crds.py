@@ -14,6 +14,8 @@ GROUP = "operator.kyma-project.io"
 SYNC_RESOURCE = kube.Gvr(GROUP, "v1alpha1", "syncresources")
 SYNC_BINDING = kube.Gvr(GROUP, "v1alpha1", "syncbindings")
 SYNC_RECORD = kube.Gvr(GROUP, "v1alpha1", "syncrecords")
+SYNC_RECORD_SHARDS = 64
+"""How many SyncRecords a SyncResource's records are spread over (``reconciler.records``)."""
 KYMA = kube.Gvr(GROUP, "v1beta2", "kymas")
 MODULE_TEMPLATE = kube.Gvr(GROUP, "v1beta2", "moduletemplates")
 VPC_PEERING = kube.Gvr("cloud-resources.kyma-project.io", "v1beta1", "vpcpeerings")
@@ -405,9 +407,15 @@ def sync_record_crd() -> dict[str, Any]:
     spec = {
         "type": "object",
         "description": "What one SyncResource may have put into the runtimes of one shard.",
+        "required": ["syncResource", "shard", "applied"],
         "properties": {
             "syncResource": _described("The SyncResource (same namespace; it owns this object).", type="string"),
-            "shard": _described("The shard: a stable hash of the runtime's name.", type="integer"),
+            "shard": _described(
+                "The shard: a stable hash of the runtime's name.",
+                type="integer",
+                minimum=0,
+                maximum=SYNC_RECORD_SHARDS - 1,
+            ),
             "applied": _described(
                 "Objects that may exist because of the SyncResource: released once no item wants them.",
                 type="array",

@@ -8,6 +8,7 @@ one path segment of the request (the CRD checks the same, this is the second lin
 import copy
 import dataclasses
 import enum
+import json
 import re
 from typing import Any, Self
 
@@ -135,12 +136,20 @@ def _document(value: dict[str, Any] | str, *, field: str) -> dict[str, Any]:
         documents = [d for d in yaml.safe_load_all(value) if d is not None]
     except yaml.YAMLError as exc:
         raise ItemError(f"{field} is not valid YAML or JSON: {' '.join(str(exc).split())[:300]}") from exc
+    except RecursionError as exc:
+        raise ItemError(f"{field} is nested too deeply") from exc
     if len(documents) != 1 or not isinstance(documents[0], dict):
         raise ItemError(f"{field} must hold exactly one object, found {len(documents)} document(s)")
     if _expanded_size(documents[0]) > MAX_NODES:
         # YAML aliases share one node many times: a few lines can stand for billions of values once written out.
         raise ItemError(f"{field} holds more than {MAX_NODES} values once its YAML aliases are expanded")
-    return dict(documents[0])
+    try:
+        # Plain JSON from here on: no node shared by aliases (one place edited would change several), no YAML-only
+        # values (binary, sets, timestamps) that could not be sent.
+        plain = json.loads(json.dumps(documents[0], allow_nan=False))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ItemError(f"{field} holds what JSON cannot carry (only maps, lists, strings, numbers, booleans)") from exc
+    return dict(plain)
 
 
 def _expanded_size(obj: Any) -> int:
@@ -276,6 +285,8 @@ class Item:
         if spec.secret_ref is not None:
             if (resource.get("apiVersion"), resource.get("kind")) != ("v1", "Secret") or status_only:
                 raise ItemError("secretRef is for a v1 Secret item (its resource names the Secret to write)")
+            if spec.strategy not in (Strategy.CREATE_AND_SYNC, Strategy.CREATE_AND_IGNORE):
+                raise ItemError("secretRef creates a Secret: CreateAndSync or CreateAndIgnore only")
             if "data" in resource or "stringData" in resource:
                 raise ItemError("a Secret with secretRef takes its data from the referenced Secret only")
         return cls(

@@ -3,9 +3,16 @@
 A group SyncResource over 10,000 runtimes with 10 items has 100,000 records, far more than one
 object (or its status) may hold. They live in SyncRecord objects next to the SyncResource (same
 namespace, owned by it, labelled with its uid), each holding the records of the runtimes that
-hash to its shard, so one object stays small and a reconcile rewrites only the shards that
-changed. Records are read from the apiserver at the start of every reconcile, never from a cache:
-a record missed because a cache was behind would be an object never released.
+hash to its shard, so a reconcile rewrites only the shards that changed. Records are read from the
+apiserver at the start of every reconcile, never from a cache: a record missed because a cache
+was behind would be an object never released.
+
+Each SyncRecord carries a finalizer of ours: deleting the namespace (or a foreground cascade from
+the SyncResource) cannot take the records away while the SyncResource still releases what they
+name; the finalizer goes when a shard is dropped. A shard's size grows with items x runtimes / 64:
+a save that would pass MAX_SHARD_BYTES fails with the reason instead of writing an object the
+apiserver refuses. SyncRecords that are not exactly the shards of their SyncResource (hand-made,
+damaged) are ignored, with a warning.
 
 A SyncResource written before SyncRecords existed keeps its records in ``status.applied``; they
 are read from there until the first save moves them.
@@ -13,6 +20,8 @@ are read from there until the first save moves them.
 
 import dataclasses
 import hashlib
+import json
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,7 +29,16 @@ from clients import kube
 from contract import wire
 from reconciler import crds, model
 
-SHARDS = 64
+log = logging.getLogger(__name__)
+
+SHARDS = crds.SYNC_RECORD_SHARDS
+MAX_SHARD_BYTES = 900_000
+"""Below the apiserver's request limit (about 1.5 MB), with room for metadata."""
+FINALIZER = "sync.kyma-project.io/records"
+
+
+class RecordsError(Exception):
+    """Records could not be saved (too large, or writes refused): the reconcile fails and is retried."""
 
 
 def shard_of(runtime: str) -> int:
@@ -30,7 +48,7 @@ def shard_of(runtime: str) -> int:
 
 def record_name(resource_name: str, uid: str, shard: int) -> str:
     """A SyncRecord's name: readable, unique per SyncResource incarnation, within the 253-character limit."""
-    return f"{resource_name[:230]}-{uid[:8]}-{shard:02d}"
+    return f"{resource_name[:230].rstrip('.-')}-{uid[:8]}-{shard:02d}"
 
 
 def by_shard(records: Iterable[model.AppliedRef]) -> dict[int, list[model.AppliedRef]]:
@@ -67,49 +85,82 @@ class RecordStore:
             namespace=metadata["namespace"],
             label_selector=f"{wire.RECORDS_OF_LABEL}={metadata['uid']}",
         )
-        if not listing:
+        shards: dict[int, dict[str, Any]] = {}
+        records: list[model.AppliedRef] = []
+        for obj in listing:
+            shard = (obj.get("spec") or {}).get("shard")
+            name = obj["metadata"]["name"]
+            try:
+                if not isinstance(shard, int) or name != record_name(metadata["name"], metadata["uid"], shard):
+                    raise ValueError(f"not a shard of SyncResource {metadata['name']}")
+                entries = [model.AppliedRef.model_validate(e) for e in obj["spec"].get("applied") or []]
+            except ValueError as exc:
+                log.warning("ignoring a SyncRecord", extra={"record": name, "error": str(exc)[:300]})
+                continue
+            shards[shard] = obj
+            records.extend(entries)
+        if not shards:
             legacy = model.applied_refs(resource.get("status"))
             return Loaded(legacy, {}, legacy=bool(legacy))
-        shards = {int(obj["spec"]["shard"]): obj for obj in listing}
-        records = [
-            model.AppliedRef.model_validate(entry) for obj in listing for entry in obj["spec"].get("applied") or []
-        ]
         return Loaded(records, shards, legacy=False)
 
     async def save(self, resource: dict[str, Any], loaded: Loaded, records: Iterable[model.AppliedRef]) -> None:
-        """Write the shards whose records changed, delete those left empty; the SyncResource owns them all."""
-        metadata = resource["metadata"]
+        """Write every shard whose records changed, drop those left empty; RecordsError if any could not be.
+
+        Every shard is tried even when one fails, so one refused write does not cost the others' records.
+        """
         wanted = by_shard(records)
+        failures: list[str] = []
         for shard, entries in wanted.items():
             current = loaded.shards.get(shard)
             if current is not None and current["spec"].get("applied") == _dump(entries):
                 continue
-            await kube.create_or_replace(
-                self._kcp,
-                crds.SYNC_RECORD.path(metadata["namespace"]),
-                {
-                    "apiVersion": crds.SYNC_RECORD.api_version,
-                    "kind": "SyncRecord",
-                    "metadata": {
-                        "name": record_name(metadata["name"], metadata["uid"], shard),
-                        "namespace": metadata["namespace"],
-                        "labels": {wire.RECORDS_OF_LABEL: metadata["uid"]},
-                        "ownerReferences": [
-                            {
-                                "apiVersion": crds.SYNC_RESOURCE.api_version,
-                                "kind": "SyncResource",
-                                "name": metadata["name"],
-                                "uid": metadata["uid"],
-                            }
-                        ],
-                    },
-                    "spec": {"syncResource": metadata["name"], "shard": shard, "applied": _dump(entries)},
-                },
-            )
+            try:
+                await self._write(resource, shard, entries)
+            except (kube.KubeError, RecordsError) as exc:
+                failures.append(f"shard {shard}: {exc}")
         for shard, current in loaded.shards.items():
             if shard not in wanted:
-                await kube.delete(
-                    self._kcp,
-                    crds.SYNC_RECORD.object_path(metadata["namespace"], current["metadata"]["name"]),
-                    preconditions=kube.Preconditions(uid=current["metadata"]["uid"]),
-                )
+                try:
+                    await self._drop(current)
+                except kube.KubeError as exc:
+                    failures.append(f"shard {shard}: {exc}")
+        if failures:
+            raise RecordsError(f"records not saved: {'; '.join(failures[:3])}")
+
+    async def _write(self, resource: dict[str, Any], shard: int, entries: list[model.AppliedRef]) -> None:
+        metadata = resource["metadata"]
+        applied = _dump(entries)
+        size = len(json.dumps(applied))
+        if size > MAX_SHARD_BYTES:
+            raise RecordsError(f"{size} bytes in one shard (limit {MAX_SHARD_BYTES}): too many items x runtimes")
+        await kube.create_or_replace(
+            self._kcp,
+            crds.SYNC_RECORD.path(metadata["namespace"]),
+            {
+                "apiVersion": crds.SYNC_RECORD.api_version,
+                "kind": "SyncRecord",
+                "metadata": {
+                    "name": record_name(metadata["name"], metadata["uid"], shard),
+                    "namespace": metadata["namespace"],
+                    "labels": {wire.RECORDS_OF_LABEL: metadata["uid"]},
+                    "finalizers": [FINALIZER],
+                    "ownerReferences": [
+                        {
+                            "apiVersion": crds.SYNC_RESOURCE.api_version,
+                            "kind": "SyncResource",
+                            "name": metadata["name"],
+                            "uid": metadata["uid"],
+                        }
+                    ],
+                },
+                "spec": {"syncResource": metadata["name"], "shard": shard, "applied": applied},
+            },
+        )
+
+    async def _drop(self, record: dict[str, Any]) -> None:
+        """A shard with nothing left: our finalizer off (as of the version read), then the object."""
+        path = crds.SYNC_RECORD.object_path(record["metadata"]["namespace"], record["metadata"]["name"])
+        version = record["metadata"]["resourceVersion"]
+        await kube.merge_patch(self._kcp, path, {"metadata": {"finalizers": None, "resourceVersion": version}})
+        await kube.delete(self._kcp, path, preconditions=kube.Preconditions(uid=record["metadata"]["uid"]))

@@ -32,8 +32,8 @@ MAX_DETAILS = 100
 
 def status_items(items: Iterable[model.ItemStatus], *, runtimes: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(status.items, the rest of the summary) sized for any number of runtimes: per item, how many runtimes are
-    Ready of how many; details for every runtime of a small SyncResource, else only for those not Ready (at most
-    MAX_DETAILS, the number left out said)."""
+    Ready of how many; details for every runtime of a small SyncResource, else only for those not Ready — at most
+    MAX_DETAILS entries either way, the number left out said."""
     ordered = sorted(items, key=lambda i: (i.runtime, i.name))
     counts: dict[str, list[int]] = {}
     for status in ordered:

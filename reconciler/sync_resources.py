@@ -11,7 +11,7 @@ Safety first, in controller-runtime's and Argo CD's manner:
   records confirmed out of the desired set are released (``sync_plan``).
 - Tenancy: SyncBindings decide which runtimes and kinds a namespace may target (``tenancy``);
   refusals are a per-item Forbidden state and a Kubernetes Event.
-- ``status.applied`` records what this SyncResource may have put where; deleting the
+- Its records (``reconciler.records``: SyncRecords beside it) say what it may have put where; deleting the
   SyncResource releases all of it before the finalizer goes. A runtime whose Kyma is gone
   (deprovisioned) is dropped from the record, so deletion always finishes.
 """
@@ -43,6 +43,8 @@ _WAIT_FOR_DELETION = 2.0
 GONE = "gone: "
 """How an item whose object is gone for good says so (Delete, UpdateAndDelete): it is orphaned, to be removed."""
 _EVENTS_PER_RECONCILE = 10
+_MESSAGE_LIMIT = 512
+_SUMMARY_KEYS = ("summary", "detailsOmitted", "itemCount", "runtimeCount", "ready")
 _FAN_OUT_SHARE = 0.8
 """Of the reconcile's time limit, what the runtimes may take: the rest is for writing status and Events."""
 _NOTEWORTHY = (model.State.FORBIDDEN, model.State.CONFLICT, model.State.WARNING, model.State.ERROR)
@@ -135,7 +137,7 @@ class SyncResourceReconciler:
     async def reconcile(self, key: Key) -> workqueue.Result:
         try:
             return await self._reconcile(key)
-        except kube.KubeError as exc:  # KCP itself failed us (or changed under us): retry with backoff
+        except (kube.KubeError, records.RecordsError) as exc:  # KCP failed us (or changed under us): retry, backing off
             return workqueue.Result.failed(f"{key}: {exc}")
 
     async def _reconcile(self, key: Key) -> workqueue.Result:
@@ -217,6 +219,7 @@ class SyncResourceReconciler:
             message=message,
             items=items,
             orphaned=orphaned,
+            records_moved=loaded.legacy,
             summary={
                 "itemCount": len(spec.items),
                 "runtimeCount": counts[sync_plan.Placement.SYNC],
@@ -391,11 +394,8 @@ class SyncResourceReconciler:
 
         claimed: dict[sync_plan.ObjectIdentity, str] = {}
         actions: list[tuple[str, str]] = []
-        roles = frozenset(
-            (i.namespace or "default", i.object_name)
-            for i in items
-            if isinstance(i, model.Item) and (i.group, i.kind) == (tenancy.RBAC, "Role") and _may_write(i)
-        )
+        roles: set[tuple[str, str]] = set()
+        """Roles this pass has made (or found) ours, so far: the only ones its RoleBindings may bind."""
 
         async def act(item: model.Item | model.Unparsable, resolution: ItemOutcome | Resolved) -> ItemOutcome:
             if isinstance(resolution, ItemOutcome):
@@ -407,7 +407,7 @@ class SyncResourceReconciler:
                 if first != item.name:
                     message = f"names the same object as item {first} ({ref}): not synced"
                     return ItemOutcome(_status(item, runtime, model.State.ERROR, message), ref)
-            destination = dataclasses.replace(resolution.destination, sibling_roles=roles)
+            destination = dataclasses.replace(resolution.destination, sibling_roles=frozenset(roles))
 
             def journaled() -> None:
                 journal.setdefault(_identity_of(ref), _record(runtime, item, ref))
@@ -435,6 +435,12 @@ class SyncResourceReconciler:
             resolutions = await aio.all_of(one(item) for item in batch)
             acted = await aio.all_of(act(item, r) for item, r in zip(batch, resolutions, strict=True))
             outcome_of.update((item.name, outcome) for item, outcome in zip(batch, acted, strict=True))
+            if phase == _Phase.ROLES:
+                roles.update(
+                    (o.resolved.namespace or "default", o.resolved.name)
+                    for o in acted
+                    if o.resolved is not None and (o.record or (dry_run and _would_be_ours(o.status)))
+                )
             if phase == _Phase.CRDS:
                 await _served(handle.objects, [o.resolved for o in acted if o.record and o.resolved is not None])
         outcomes = [outcome_of[item.name] for item in items]
@@ -489,7 +495,7 @@ class SyncResourceReconciler:
             return ItemOutcome(_status(item, runtime, model.State.ERROR, _describe(exc)))
         names = (resource.gvr.resource, resource.singular)
         restricted = next((r for r in self._restricted if r.matches(item.group, item.kind, *names)), None)
-        if restricted is not None and item.secret_ref is None:  # a restricted Secret may come from a real Secret
+        if restricted is not None and item.secret_ref is None:  # a Secret may be created from a real Secret
             message = f"{item.kind} is a restricted kind ({restricted}) and is never synced nor deleted"
             return ItemOutcome(_status(item, runtime, model.State.WARNING, message), ref)
         return Resolved(ref, tenancy.Destination(ref.namespace, names))
@@ -548,6 +554,9 @@ class SyncResourceReconciler:
         body = _marked(item, act.owner)
         if item.secret_ref is not None:
             body.update(self._secret_content(act.owner.key.namespace, item.secret_ref.name, body))
+            refused = _privileged(body, item, act)  # the type comes from the referenced Secret
+            if refused is not None:
+                return model.State.FORBIDDEN, refused, False
         live = await act.cluster.get(ref)
         updating_only = item.strategy == model.Strategy.UPDATE_AND_DELETE
         if live is None and updating_only:
@@ -582,7 +591,12 @@ class SyncResourceReconciler:
                 return model.State.WARNING, f"{refusal}: left alone", False
         if holder is not None and item.strategy == model.Strategy.CREATE_AND_IGNORE:
             return model.State.READY, "", True
-        body = item.keeping_live(body, live)
+        # Ignored fields take their live values; then our marks again (an ignored /metadata/annotations must not
+        # unmark the object), and what is sent is classified as sent.
+        body = _mark(item.keeping_live(body, live), item, act.owner)
+        refused = _privileged(body, item, act)
+        if refused is not None:
+            return model.State.FORBIDDEN, f"{refused} (with the live values of its ignored fields)", False
         body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
         if act.dry_run:
             changes = diff.changed_paths(live, await act.cluster.apply(body, dry_run=True))
@@ -626,6 +640,14 @@ class SyncResourceReconciler:
             return model.State.WARNING, "does not exist (yet): its status is set once it does"
         if live["metadata"].get("deletionTimestamp"):
             return model.State.DELETING, "being deleted: its status is no longer set"
+        holder = marker_uid(live)
+        if holder is not None and holder != act.owner.uid:
+            return model.State.CONFLICT, "managed by another SyncResource: its status is not set"
+        if (live["metadata"].get("labels") or {}).get(wire.SYNCED_LABEL) is not None and holder is None:
+            return model.State.WARNING, "written by another kyma-sync controller: its status is not set"
+        if holder is None and not act.takeover.allowed:
+            # Setting another controller's status takes those fields from it: as much a takeover as adopting.
+            return model.State.WARNING, "not created by kyma-sync, and no SyncBinding allows adoption (allowAdoption)"
         if act.dry_run:
             current = live.get("status") or {}
             differs = any(current.get(key) != value for key, value in (item.status or {}).items())
@@ -730,7 +752,9 @@ class SyncResourceReconciler:
         if remaining:
             errors = [o.error for o in outcomes if o.error]
             message = f"{len(remaining)} object(s) still to delete" + (f": {errors[0]}" if errors else "")
-            await self._write_status(resource, state=model.State.DELETING, message=message, items=[])
+            await self._write_status(
+                resource, state=model.State.DELETING, message=message, items=[], records_moved=loaded.legacy
+            )
             return workqueue.Result.failed(message) if errors else workqueue.Result(requeue_after=_WAIT_FOR_DELETION)
         await self._patch_metadata(
             owner.key,
@@ -746,8 +770,9 @@ class SyncResourceReconciler:
         if FINALIZER not in (metadata.get("finalizers") or []):
             changes["finalizers"] = [*(metadata.get("finalizers") or []), FINALIZER]
         kyma = (resource.get("spec") or {}).get("kyma")
-        if isinstance(kyma, str) and (metadata.get("labels") or {}).get(wire.KYMA_NAME_LABEL) != kyma:
-            changes["labels"] = {wire.KYMA_NAME_LABEL: kyma}
+        wanted = kyma if isinstance(kyma, str) else None  # a group SyncResource carries no kyma-name label
+        if (metadata.get("labels") or {}).get(wire.KYMA_NAME_LABEL) != wanted:
+            changes["labels"] = {wire.KYMA_NAME_LABEL: wanted}
         return await self._patch_metadata(key, resource, changes) if changes else resource
 
     async def _patch_metadata(self, key: Key, resource: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -767,10 +792,12 @@ class SyncResourceReconciler:
         items: list[model.ItemStatus],
         orphaned: list[str] | None = None,
         summary: dict[str, Any] | None = None,
+        records_moved: bool = False,
     ) -> dict[str, Any]:
         """Write status only when it says something new (its own watch event would loop otherwise); the object after.
 
-        ``summary``: itemCount, runtimeCount and ready (the printer columns), when known.
+        ``summary``: itemCount, runtimeCount and ready (the printer columns), when known. ``records_moved``: the
+        records an earlier version kept in ``status.applied`` are saved as SyncRecords now, so that copy goes.
         """
         old = resource.get("status") or {}
         metadata = resource["metadata"]
@@ -807,13 +834,14 @@ class SyncResourceReconciler:
             **counted,
             **(summary or {}),
         }
-        legacy_records = "applied" in old  # moved to SyncRecords by now: the old copy goes
-        if not legacy_records and all(old.get(k) == v for k, v in status.items()):
+        dropped = [
+            k for k in (*_SUMMARY_KEYS, *(("applied",) if records_moved else ())) if k in old and k not in status
+        ]
+        if not dropped and all(old.get(k) == v for k, v in status.items()):
             return resource
         await self._announce(resource, old, status)
         status["lastOperation"] = {"operation": message, "lastUpdateTime": _now()}
-        if legacy_records:
-            status["applied"] = None
+        status.update(dict.fromkeys(dropped))  # a merge patch removes a key only when told to
         try:
             return await kube.merge_patch(
                 self._kcp,
@@ -892,10 +920,13 @@ def _identity(record: model.AppliedRef) -> sync_plan.ObjectIdentity:
 class _Phase(enum.IntEnum):
     NAMESPACES = 0
     CRDS = 1
-    OBJECTS = 2
-    DELETED_OBJECTS = 3
-    DELETED_CRDS = 4
-    DELETED_NAMESPACES = 5
+    ROLES = 2
+    """Before the rest, so a RoleBinding is admitted only to a Role this pass made ours."""
+    OBJECTS = 3
+    DELETED_OBJECTS = 4
+    DELETED_ROLES = 5
+    DELETED_CRDS = 6
+    DELETED_NAMESPACES = 7
 
 
 _CRD = ("apiextensions.k8s.io", "CustomResourceDefinition")
@@ -904,8 +935,17 @@ _CRD = ("apiextensions.k8s.io", "CustomResourceDefinition")
 def _phase(item: model.Item | model.Unparsable) -> _Phase:
     if isinstance(item, model.Unparsable):
         return _Phase.OBJECTS
-    rank = {("", "Namespace"): _Phase.NAMESPACES, _CRD: _Phase.CRDS}.get((item.group, item.kind), _Phase.OBJECTS)
+    ranks = {("", "Namespace"): _Phase.NAMESPACES, _CRD: _Phase.CRDS, (tenancy.RBAC, "Role"): _Phase.ROLES}
+    rank = ranks.get((item.group, item.kind), _Phase.OBJECTS)
     return _Phase(_Phase.DELETED_NAMESPACES - rank) if item.strategy == model.Strategy.DELETE else rank
+
+
+def _would_be_ours(status: model.ItemStatus) -> bool:
+    """In a dry run: the item would create the object, or it is ours and in sync or would change."""
+    return status.message == "would create" or (
+        status.state in (model.State.READY, model.State.PROCESSING)
+        and not status.message.startswith(("would adopt", "exists"))
+    )
 
 
 async def _served(cluster: objects.ClusterObjects, definitions: list[objects.Ref], timeout: float = 10) -> None:
@@ -928,7 +968,9 @@ def _may_write(item: model.Item) -> bool:
 def _status(
     item: model.Item | model.Unparsable | model.ItemSpec, runtime: str, state: model.State, message: str = ""
 ) -> model.ItemStatus:
-    return model.ItemStatus(name=item.name, runtime=runtime, state=state, message=message)
+    # Messages quote apiservers and webhooks a runtime controls: bounded, so the status stays within its size.
+    short = message if len(message) <= _MESSAGE_LIMIT else f"{message[: _MESSAGE_LIMIT - 1]}…"
+    return model.ItemStatus(name=item.name, runtime=runtime, state=state, message=short)
 
 
 class SecretSourceError(Exception):
@@ -993,6 +1035,8 @@ def _adoption_refusal(item: model.Item, live: dict[str, Any], *, takeover: Takeo
     """
     if ((live["metadata"].get("labels") or {}).get(wire.SYNCED_LABEL)) is not None:
         return "exists, written by another kyma-sync controller"
+    if item.secret_ref is not None:
+        return "exists, and a Secret is never taken over"
     if item.adoption != model.Adoption.IF_UNMANAGED:
         return "exists, not managed by kyma-sync (adoption: IfUnmanaged would take it over)"
     if not takeover.allowed:
@@ -1004,8 +1048,20 @@ def _adoption_refusal(item: model.Item, live: dict[str, Any], *, takeover: Takeo
     return None
 
 
+def _privileged(body: dict[str, Any], item: model.Item, act: "Acting") -> str | None:
+    """Why ``body`` — as it will be sent — may not be written here, or None."""
+    if act.takeover.privileged_allowed:
+        return None
+    reason = tenancy.privileged_reason(body, group=item.group, kind=item.kind)
+    return None if reason is None else f"privileged: {reason}"
+
+
 def _marked(item: model.Item, owner: Owner) -> dict[str, Any]:
-    body = copy.deepcopy(item.resource)
+    return _mark(copy.deepcopy(item.resource), item, owner)
+
+
+def _mark(body: dict[str, Any], item: model.Item, owner: Owner) -> dict[str, Any]:
+    """``body`` with our label and owner marker (in place), without server-set identity."""
     metadata = body.setdefault("metadata", {})
     metadata.setdefault("labels", {})[wire.SYNCED_LABEL] = wire.SYNCED_VALUE
     metadata.setdefault("annotations", {}).update(

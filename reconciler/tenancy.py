@@ -66,6 +66,7 @@ _ALWAYS_PRIVILEGED = frozenset(
 _ESCALATING_VERBS = frozenset({"*", "escalate", "bind", "impersonate"})
 _SENSITIVE_RESOURCES = frozenset({"*", "secrets"})
 _SENSITIVE_SUBRESOURCES = frozenset({"*", "exec", "attach", "portforward", "token", "proxy", "ephemeralcontainers"})
+_TOKEN_SECRET_TYPES = frozenset({"kubernetes.io/service-account-token", "bootstrap.kubernetes.io/token"})
 _APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 _SAFE_SYSCTLS = frozenset(
     {
@@ -201,6 +202,8 @@ def _privileged_reason(resource: dict[str, Any], *, group: str, kind: str) -> st
                 _sensitive(str(r)) for r in rule.get("resources") or []
             ):
                 return "a Role granting wildcards, escalate, bind, impersonate, secrets, exec, attach or tokens"
+    if group == "" and kind == "Secret" and resource.get("type") in _TOKEN_SECRET_TYPES:
+        return f"a {resource['type']} Secret (mints credentials)"
     if group == "" and kind == "Service" and _at(resource, ("spec", "externalIPs")):
         return "a Service with externalIPs (can intercept any address's traffic)"
     if group == "" and kind == "Namespace":

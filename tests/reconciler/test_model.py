@@ -157,3 +157,30 @@ def test_yaml_aliases_cannot_expand_into_billions_of_values() -> None:
     lines += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 10)}]" for n in range(1, 10)]
     with pytest.raises(model.ItemError, match="aliases"):
         parse(resource="\n".join(lines))
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        pytest.param("[" * 20_000 + "]" * 20_000, "nested too deeply", id="deep-nesting"),
+        pytest.param(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok}\nbinaryData: !!binary aGk=", "JSON", id="binary"
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok}\ndata: {when: 2026-12-03}", "JSON", id="date"
+        ),
+    ],
+)
+def test_hostile_text_is_an_item_error_not_a_crash(text: str, reason: str) -> None:
+    """Pathological YAML is this item's Error: never an exception that would stop an informer or the reconciler."""
+    with pytest.raises(model.ItemError, match=reason):
+        parse(resource=text)
+
+
+def test_aliases_do_not_survive_parsing() -> None:
+    """Two places sharing one YAML node become two values: editing one (our marker, an ignored field) leaves the
+    other as written, so what the classifier saw is what is sent."""
+    text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok, annotations: &a {x: y}}\ndata: *a"
+    item = parse(resource=text)
+    item.resource["metadata"]["annotations"]["marker"] = "ours"
+    assert item.resource["data"] == {"x": "y"}

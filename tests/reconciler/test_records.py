@@ -13,6 +13,7 @@ def test_shards_are_stable_and_spread() -> None:
     assert records.shard_of("skr-1") == 41  # pinned: another hash would rewrite every SyncRecord once
     assert {records.shard_of(r) for r in RUNTIMES} == set(range(records.SHARDS))
     assert len(records.record_name("x" * 253, "0123456789abcdef", 63)) <= 253
+    assert records.record_name("a" * 229 + ".b", "0123456789abcdef", 5) == "a" * 229 + "-01234567-05"
 
 
 def test_ten_thousand_runtimes_with_ten_items_fit() -> None:

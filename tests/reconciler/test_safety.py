@@ -588,3 +588,61 @@ async def test_records_of_an_earlier_version_are_honoured_then_moved(
             return "applied" not in status and [a["name"] for a in await kcp.applied("legacy")] == [f"{stale}-kept"]
 
         await eventually(moved, what="records moved to SyncRecords")
+
+
+async def test_legacy_records_survive_a_reconcile_that_saves_nothing(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """Records in status.applied (written before SyncRecords) are not erased by a reconcile that stops early (no
+    SyncBinding covers the namespace any more): they move only when they are saved as SyncRecords."""
+    record = {"runtime": "skr-1", "item": "x", "apiVersion": "v1", "kind": "ConfigMap", "namespace": "a", "name": "b"}
+    await kcp.create("legacy-early", {"kyma": "skr-1", "items": [kcp.configmap("cm-x", {}, item="x")]})
+    path = crds.SYNC_RESOURCE.object_path(kcp.namespace, "legacy-early", subresource="status")
+    await kube.merge_patch(kcp.api, path, {"status": {"applied": [record]}})
+    await kube.request(kcp.api, "DELETE", crds.SYNC_BINDING.object_path(None, f"test-{kcp.namespace}"))
+    async with run_controller():
+        await eventually(lambda: _state_is(kcp, "legacy-early", "Forbidden"), what="Forbidden")
+    status = (await kcp.get("legacy-early") or {})["status"]
+    assert status["applied"] == [record]
+
+
+async def test_a_role_binding_cannot_borrow_a_role_it_does_not_own(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """Naming an existing Role in an item (left alone: not ours) does not make it 'defined by this SyncResource':
+    a RoleBinding to it is refused."""
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{kcp.runtime_namespace}/roles"
+    await kube.request(
+        kcp.skrs["skr-1"],
+        "POST",
+        rbac,
+        body={
+            "metadata": {"name": "powerful"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}],
+        },
+    )
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "powerful", "namespace": kcp.runtime_namespace},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "borrow", "namespace": kcp.runtime_namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "powerful"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": kcp.runtime_namespace}],
+    }
+    items = [
+        {"name": "role", "strategy": "CreateAndSync", "resource": role},
+        {"name": "binding", "strategy": "CreateAndSync", "resource": binding},
+    ]
+    async with run_controller():
+        await kcp.create("borrow", {"kyma": "skr-1", "items": items})
+        await eventually(lambda: _state_is(kcp, "borrow", "Forbidden"), what="Forbidden")
+    states = {i["name"]: (i["state"], i["message"]) for i in (await kcp.get("borrow") or {})["status"]["items"]}
+    assert states["role"][0] == "Warning" and states["binding"][0] == "Forbidden"
+    assert "does not define" in states["binding"][1]
+    bindings = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{kcp.runtime_namespace}/rolebindings/borrow"
+    assert await kube.get_or_none(kcp.skrs["skr-1"], bindings) is None

@@ -180,7 +180,7 @@ async def test_ignored_fields_are_set_once_and_never_reset(kcp: Kcp, run_control
     """ignoreFields: /data/b is created with the item's value; a user's edit of it stays while drift of /data/a is
     reset (each resync applies the rest)."""
     name = f"cm-{uuid.uuid4().hex[:6]}"
-    item = {**kcp.configmap(name, {"a": "1", "b": "1"}), "ignoreFields": ["/data/b"]}
+    item = {**kcp.configmap(name, {"a": "1", "b": "1"}), "ignoreFields": ["/data/b", "/metadata/annotations"]}
     async with run_controller(resync_seconds=1):
         await kcp.create("ignoring", {"kyma": "skr-1", "items": [item]})
         await eventually(lambda: _data(kcp, name, {"a": "1", "b": "1"}), what="created with b")
@@ -193,6 +193,8 @@ async def test_ignored_fields_are_set_once_and_never_reset(kcp: Kcp, run_control
             content_type="application/merge-patch+json",
         )
         await eventually(lambda: _data(kcp, name, {"a": "1", "b": "2"}), what="a reset, b kept")
+        live = await kcp.configmap_in("skr-1", name) or {}
+        assert wire.OWNER_ANNOTATION in live["metadata"]["annotations"]  # an ignored map never drops our marker
 
 
 async def test_a_dry_run_reports_what_would_change_and_changes_nothing(
@@ -332,7 +334,10 @@ async def test_a_secret_comes_from_a_kcp_secret_by_reference(kcp: Kcp, run_contr
         status = (await kcp.get("secrets") or {})["status"]
     states = {i["name"]: (i["state"], i.get("message", "")) for i in status["items"]}
     assert states["private"][0] == "Error" and "labelled" in states["private"][1]
-    assert "s3cret" not in json.dumps(await kcp.get("secrets"))
+    for leak in ("s3cret", base64.b64encode(b"s3cret-1").decode(), base64.b64encode(b"s3cret-2").decode()):
+        assert leak not in json.dumps(await kcp.get("secrets")) and leak not in json.dumps(
+            await _events(kcp, "secrets")
+        )
 
 
 async def test_a_single_runtime_sync_resource_is_labelled_with_its_kyma(
