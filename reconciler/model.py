@@ -122,6 +122,8 @@ class ItemError(ValueError):
     """Why one item cannot be synced as written (its text, its names, its combination of fields)."""
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where installed: ten times faster on large manifests, same safety."""
 MAX_TEXT = 1_048_576
 MAX_NODES = 100_000
 
@@ -133,7 +135,7 @@ def _document(value: dict[str, Any] | str, *, field: str) -> dict[str, Any]:
     if len(value) > MAX_TEXT:
         raise ItemError(f"{field} is longer than {MAX_TEXT} characters")
     try:
-        documents = [d for d in yaml.safe_load_all(value) if d is not None]
+        documents = [d for d in yaml.load_all(value, Loader=_LOADER) if d is not None]
     except yaml.YAMLError as exc:
         raise ItemError(f"{field} is not valid YAML or JSON: {' '.join(str(exc).split())[:300]}") from exc
     except RecursionError as exc:
@@ -147,7 +149,9 @@ def _document(value: dict[str, Any] | str, *, field: str) -> dict[str, Any]:
         # Plain JSON from here on: no node shared by aliases (one place edited would change several), no YAML-only
         # values (binary, sets, timestamps) that could not be sent.
         plain = json.loads(json.dumps(documents[0], allow_nan=False))
-    except (TypeError, ValueError, RecursionError) as exc:
+    except RecursionError as exc:
+        raise ItemError(f"{field} is nested too deeply") from exc
+    except (TypeError, ValueError) as exc:
         raise ItemError(f"{field} holds what JSON cannot carry (only maps, lists, strings, numbers, booleans)") from exc
     return dict(plain)
 

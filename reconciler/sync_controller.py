@@ -57,6 +57,7 @@ class SyncResourceController(controller.Controller[Key]):
         self._runtimes_placed: dict[Key, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         self._named: dict[_Named, set[Key]] = collections.defaultdict(set)
         self._named_by_key: dict[Key, list[_Named]] = {}
+        self._parsed: dict[Key, tuple[tuple[Any, Any], list[model.Item]]] = {}
         self.resources.subscribe(self._resource_changed)
         self.records.subscribe(self._records_changed)
         self.bindings.subscribe(self._binding_changed)
@@ -107,6 +108,7 @@ class SyncResourceController(controller.Controller[Key]):
         key = _key(change.current)
         self._unindex(key)
         if change.new is None:
+            self._parsed.pop(key, None)
             return
         self._index(key, change.new)
         old_meta = (change.old or {}).get("metadata") or {}
@@ -134,7 +136,7 @@ class SyncResourceController(controller.Controller[Key]):
             _key(obj)
             for obj in self.resources
             if obj["metadata"]["namespace"] == namespace
-            and any(item.secret_ref is not None and item.secret_ref.name == name for item in _items(obj))
+            and any(item.secret_ref is not None and item.secret_ref.name == name for item in self._items(obj))
         )
 
     def _records_changed(self, change: informer.Change) -> None:
@@ -160,8 +162,17 @@ class SyncResourceController(controller.Controller[Key]):
             self._runtimes_placed[key][entry[0]] += 1
         self._placed_by_record[record] = (key, entries)
 
+    def _items(self, obj: dict[str, Any]) -> list[model.Item]:
+        """The SyncResource's parsed items, parsed once per generation (status writes do not parse again)."""
+        version = (obj["metadata"].get("uid"), obj["metadata"].get("generation"))
+        key = _key(obj)
+        cached = self._parsed.get(key)
+        if cached is None or cached[0] != version:
+            cached = self._parsed[key] = (version, _parsed_items(obj))
+        return cached[1]
+
     def _index(self, key: Key, obj: dict[str, Any]) -> None:
-        named = [(item.group, item.kind, item.object_name) for item in _items(obj)]
+        named = [(item.group, item.kind, item.object_name) for item in self._items(obj)]
         for name in named:
             self._named[name].add(key)
         self._named_by_key[key] = named
@@ -185,7 +196,7 @@ def _reported(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return [entry for entry in entries if isinstance(entry, dict)]
 
 
-def _items(obj: dict[str, Any]) -> list[model.Item]:
+def _parsed_items(obj: dict[str, Any]) -> list[model.Item]:
     """The items that parse (those that do not name nothing an event could be about)."""
     try:
         spec = model.Spec.model_validate(obj.get("spec") or {})
