@@ -421,6 +421,10 @@ def sync_record_crd() -> dict[str, Any]:
                 type="array",
                 items=_APPLIED,
             ),
+            "states": _described(
+                "Per runtime of this shard: [item, state, message] as last reconciled (the status sums them up).",
+                **OBJECT_SCHEMA,
+            ),
         },
     }
     schema = {"type": "object", "properties": {"spec": spec}}

@@ -3,7 +3,9 @@
 A group SyncResource over 10,000 runtimes with 10 items has 100,000 records, far more than one
 object (or its status) may hold. They live in SyncRecord objects next to the SyncResource (same
 namespace, owned by it, labelled with its uid), each holding the records of the runtimes that
-hash to its shard, so a reconcile rewrites only the shards that changed. Records are read from the
+hash to its shard — and the item states last seen there, so the status can be summed up after a
+pass over one runtime as well as after a pass over all — so a reconcile rewrites only the shards
+that changed. Records are read from the
 apiserver at the start of every reconcile, never from a cache: a record missed because a cache
 was behind would be an object never released.
 
@@ -62,11 +64,34 @@ def _dump(records: list[model.AppliedRef]) -> list[dict[str, Any]]:
     return [r.model_dump(by_alias=True, exclude_none=True) for r in records]
 
 
+States = dict[str, list[model.ItemStatus]]
+"""Runtime -> its items' states as last reconciled."""
+
+
+def _dump_states(states: States) -> dict[str, list[list[str]]]:
+    return {
+        runtime: [[s.name, s.state.value, s.message] for s in entries] for runtime, entries in sorted(states.items())
+    }
+
+
+def _load_states(raw: Any) -> States:
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        str(runtime): [
+            model.ItemStatus(name=name, runtime=str(runtime), state=model.State(state), message=message)
+            for name, state, message in entries
+        ]
+        for runtime, entries in raw.items()
+    }
+
+
 @dataclasses.dataclass
 class Loaded:
     """The records as read, and the shards they came from (to rewrite only what changed)."""
 
     records: list[model.AppliedRef]
+    states: States
     shards: dict[int, dict[str, Any]]
     """Shard -> the SyncRecord object as read."""
     legacy: bool
@@ -87,6 +112,7 @@ class RecordStore:
         )
         shards: dict[int, dict[str, Any]] = {}
         records: list[model.AppliedRef] = []
+        states: States = {}
         for obj in listing:
             shard = (obj.get("spec") or {}).get("shard")
             name = obj["metadata"]["name"]
@@ -94,33 +120,49 @@ class RecordStore:
                 if not isinstance(shard, int) or name != record_name(metadata["name"], metadata["uid"], shard):
                     raise ValueError(f"not a shard of SyncResource {metadata['name']}")
                 entries = [model.AppliedRef.model_validate(e) for e in obj["spec"].get("applied") or []]
-            except ValueError as exc:
+                seen = _load_states(obj["spec"].get("states"))
+            except (ValueError, TypeError) as exc:
                 log.warning("ignoring a SyncRecord", extra={"record": name, "error": str(exc)[:300]})
                 continue
             shards[shard] = obj
             records.extend(entries)
+            states.update(seen)
         if not shards:
             legacy = model.applied_refs(resource.get("status"))
-            return Loaded(legacy, {}, legacy=bool(legacy))
-        return Loaded(records, shards, legacy=False)
+            return Loaded(legacy, {}, {}, legacy=bool(legacy))
+        return Loaded(records, states, shards, legacy=False)
 
-    async def save(self, resource: dict[str, Any], loaded: Loaded, records: Iterable[model.AppliedRef]) -> None:
-        """Write every shard whose records changed, drop those left empty; RecordsError if any could not be.
+    async def save(
+        self,
+        resource: dict[str, Any],
+        loaded: Loaded,
+        records: Iterable[model.AppliedRef],
+        states: States | None = None,
+    ) -> None:
+        """Write every shard whose records or states changed, drop those left empty; RecordsError if any could not be.
 
         Every shard is tried even when one fails, so one refused write does not cost the others' records.
         """
         wanted = by_shard(records)
+        states_by_shard: dict[int, States] = {}
+        for runtime, statuses in (states or {}).items():
+            states_by_shard.setdefault(shard_of(runtime), {})[runtime] = statuses
         failures: list[str] = []
-        for shard, entries in wanted.items():
+        for shard in sorted(set(wanted) | set(states_by_shard)):
+            entries = wanted.get(shard, [])
+            seen = _dump_states(states_by_shard.get(shard, {}))
             current = loaded.shards.get(shard)
-            if current is not None and current["spec"].get("applied") == _dump(entries):
+            if current is not None and (current["spec"].get("applied"), current["spec"].get("states") or {}) == (
+                _dump(entries),
+                seen,
+            ):
                 continue
             try:
-                await self._write(resource, shard, entries)
+                await self._write(resource, shard, entries, seen)
             except (kube.KubeError, RecordsError) as exc:
                 failures.append(f"shard {shard}: {exc}")
         for shard, current in loaded.shards.items():
-            if shard not in wanted:
+            if shard not in wanted and shard not in states_by_shard:
                 try:
                     await self._drop(current)
                 except kube.KubeError as exc:
@@ -128,10 +170,12 @@ class RecordStore:
         if failures:
             raise RecordsError(f"records not saved: {'; '.join(failures[:3])}")
 
-    async def _write(self, resource: dict[str, Any], shard: int, entries: list[model.AppliedRef]) -> None:
+    async def _write(
+        self, resource: dict[str, Any], shard: int, entries: list[model.AppliedRef], states: dict[str, Any]
+    ) -> None:
         metadata = resource["metadata"]
         applied = _dump(entries)
-        size = len(json.dumps(applied))
+        size = len(json.dumps(applied)) + len(json.dumps(states))
         if size > MAX_SHARD_BYTES:
             raise RecordsError(f"{size} bytes in one shard (limit {MAX_SHARD_BYTES}): too many items x runtimes")
         await kube.create_or_replace(
@@ -154,7 +198,7 @@ class RecordStore:
                         }
                     ],
                 },
-                "spec": {"syncResource": metadata["name"], "shard": shard, "applied": applied},
+                "spec": {"syncResource": metadata["name"], "shard": shard, "applied": applied, "states": states},
             },
         )
 

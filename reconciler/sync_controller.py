@@ -11,6 +11,7 @@ Triggers, each naming SyncResource keys:
 """
 
 import collections
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -76,7 +77,7 @@ class SyncResourceController(controller.Controller[Key]):
             return []  # a Kyma's status or spec says nothing about which objects belong in the runtime
         runtime = change.runtime
         return [
-            _key(obj)
+            dataclasses.replace(_key(obj), runtime=runtime)
             for obj in self.resources
             if self._targets(_key(obj), runtime)
             or self._runtimes_placed.get(_key(obj), collections.Counter())[runtime] > 0
@@ -89,7 +90,8 @@ class SyncResourceController(controller.Controller[Key]):
             (event.runtime, target.group, target.kind, target.namespace or "", target.name), set()
         )
         named = self._named.get((target.group, target.kind, target.name), set())
-        return sorted(placed | {k for k in named if self._targets(k, event.runtime)}, key=str)
+        found = placed | {k for k in named if self._targets(k, event.runtime)}
+        return sorted((dataclasses.replace(k, runtime=event.runtime) for k in found), key=str)
 
     def _targets(self, key: Key, runtime: str) -> bool:
         resource = self.resources.get(key.name, key.namespace)

@@ -52,11 +52,19 @@ _NOTEWORTHY = (model.State.FORBIDDEN, model.State.CONFLICT, model.State.WARNING,
 
 @dataclasses.dataclass(frozen=True)
 class Key:
+    """A SyncResource, or (``runtime`` set) its work in one runtime: a drift event or a change of that runtime's
+    Kyma concerns it alone, so a group over thousands of runtimes is not reconciled everywhere for it."""
+
     namespace: str
     name: str
+    runtime: str | None = None
+
+    @property
+    def whole(self) -> "Key":
+        return Key(self.namespace, self.name)
 
     def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return f"{self.namespace}/{self.name}" + (f"@{self.runtime}" if self.runtime else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,24 +141,30 @@ class SyncResourceReconciler:
         self._restricted = [kinds.GroupKind.parse(entry) for entry in config.restricted_kinds]
         self._orphans = OrphanCount(shared.registry)
         self._records = records.RecordStore(shared.kcp)
+        self._locks: dict[Key, asyncio.Lock] = {}
 
     async def reconcile(self, key: Key) -> workqueue.Result:
+        # One pass at a time per SyncResource: a pass over one runtime and one over all read and write the
+        # same records and status.
+        lock = self._locks.setdefault(key.whole, asyncio.Lock())
         try:
-            return await self._reconcile(key)
+            async with lock:
+                return await self._reconcile(key)
         except (kube.KubeError, records.RecordsError) as exc:  # KCP failed us (or changed under us): retry, backing off
             return workqueue.Result.failed(f"{key}: {exc}")
 
     async def _reconcile(self, key: Key) -> workqueue.Result:
         resource = await kube.get_or_none(self._kcp, crds.SYNC_RESOURCE.object_path(key.namespace, key.name))
         if resource is None:
-            self._orphans.count(key, 0)
+            self._orphans.count(key.whole, 0)
+            self._locks.pop(key.whole, None)
             return workqueue.Result()
-        owner = Owner(key, resource["metadata"]["uid"])
+        owner = Owner(key.whole, resource["metadata"]["uid"])
         loaded = await self._records.load(resource)
         applied = loaded.records
         if resource["metadata"].get("deletionTimestamp"):
             return await self._finalize(owner, resource, loaded)
-        resource = await self._mark(key, resource)
+        resource = await self._mark(key.whole, resource)
         try:
             spec = model.Spec.model_validate(resource.get("spec") or {})
         except pydantic.ValidationError as exc:
@@ -163,7 +177,9 @@ class SyncResourceReconciler:
             await self._write_status(resource, state=model.State.FORBIDDEN, message=message, items=[])
             return workqueue.Result()
         generation = resource["metadata"].get("generation")
-        if (resource.get("status") or {}).get("observedGeneration") != generation:
+        settled = (resource.get("status") or {}).get("observedGeneration") == generation and not loaded.legacy
+        only = key.runtime if settled else None  # a new generation (or old-style records): every runtime
+        if not settled:
             resource = await self._write_status(
                 resource,
                 state=model.State.PROCESSING,
@@ -177,23 +193,32 @@ class SyncResourceReconciler:
             recorded={a.runtime for a in applied},
             policy=policy,
         )
+        passing = [only] if only is not None else list(placements)
         outcome_of = await self._fan_out(
             owner,
             applied,
             {
-                runtime: functools.partial(self._place, owner, spec, parsed, policy, runtime, placement)
-                for runtime, placement in placements.items()
+                runtime: functools.partial(self._place, owner, spec, parsed, policy, runtime, placements[runtime])
+                for runtime in passing
+                if runtime in placements
             },
             failed_items=lambda runtime: [] if placements[runtime] != sync_plan.Placement.SYNC else spec.items,
         )
-        outcomes = [outcome_of[runtime] for runtime in placements]
+        outcome_of.update({r: RuntimeOutcome([], []) for r in passing if r not in outcome_of})  # nothing there
         await self._announce_actions(resource, outcome_of)
-        items = [status for outcome in outcomes for status in outcome.items]
+        # Runtimes this pass did not visit keep their records and states as last saved.
+        kept_records = [r for r in applied if r.runtime not in outcome_of]
+        states = {r: s for r, s in loaded.states.items() if r not in outcome_of and (only is not None)}
+        states.update({r: o.items for r, o in outcome_of.items() if o.items})
+        items = [status for entries in states.values() for status in entries]
         if spec.kyma is not None and self._shared.kyma(spec.kyma) is None:
             items += [
                 _status(item, spec.kyma, model.State.ERROR, f"no Kyma {spec.kyma!r} in KCP") for item in spec.items
             ]
-        errors = [r for r, o in zip(placements, outcomes, strict=True) if o.error]
+        errors = sorted(
+            {r for r, o in outcome_of.items() if o.error}
+            | {r for r, entries in states.items() if any(s.state == model.State.ERROR for s in entries)}
+        )
         state = model.State.ERROR if errors else sync_plan.overall(i.state for i in items)
         counts = {p: sum(1 for v in placements.values() if v == p) for p in sync_plan.Placement}
         message = (
@@ -211,8 +236,10 @@ class SyncResourceReconciler:
             if spec.kyma is not None and self._shared.kyma(spec.kyma) is None
             else sync_plan.orphaned(items, gone=GONE)
         )
-        self._orphans.count(key, len(orphaned))
-        await self._records.save(resource, loaded, [ref for outcome in outcomes for ref in outcome.applied])
+        self._orphans.count(key.whole, len(orphaned))
+        await self._records.save(
+            resource, loaded, [*kept_records, *(ref for o in outcome_of.values() for ref in o.applied)], states
+        )
         await self._write_status(
             resource,
             state=state,
@@ -226,6 +253,9 @@ class SyncResourceReconciler:
                 "ready": f"{sum(1 for i in items if i.state == model.State.READY)}/{len(items)}",
             },
         )
+        if only is not None:  # this key answers for its runtime only
+            mine = outcome_of[only]
+            state = model.State.ERROR if mine.error else sync_plan.overall(i.state for i in mine.items)
         if state == model.State.ERROR:
             return workqueue.Result.failed(f"{key}: {message}")
         if state in (model.State.DELETING, model.State.PROCESSING) and not spec.dry_run:
@@ -612,8 +642,8 @@ class SyncResourceReconciler:
             )
         act.writes.before()
         result = await act.cluster.apply(body)
-        if result["metadata"].get("resourceVersion") != live["metadata"]["resourceVersion"]:
-            act.writes.after("Adopted" if holder is None else "Updated")  # drift reset or a new generation
+        if diff.changed_paths(live, result):  # drift reset or a new generation, not bookkeeping (managedFields)
+            act.writes.after("Adopted" if holder is None else "Updated")
         await self._apply_status(act.cluster, item, ref)
         return model.State.READY, "adopted" if holder is None else "", True
 

@@ -145,13 +145,19 @@ class Kcp:
         resource = await self.get(name)
         if resource is None:
             return []
-        records, _ = await kube.list_objects(
-            self.api,
-            crds.SYNC_RECORD,
-            namespace=self.namespace,
-            label_selector=f"{wire.RECORDS_OF_LABEL}={resource['metadata']['uid']}",
-        )
-        return [entry for record in records for entry in record["spec"].get("applied") or []]
+        for _ in range(50):  # a CRD (re)installed moments ago answers 429 while its storage initialises
+            try:
+                records, _ = await kube.list_objects(
+                    self.api,
+                    crds.SYNC_RECORD,
+                    namespace=self.namespace,
+                    label_selector=f"{wire.RECORDS_OF_LABEL}={resource['metadata']['uid']}",
+                )
+            except kube.ThrottledError:
+                await asyncio.sleep(0.1)
+                continue
+            return [entry for record in records for entry in record["spec"].get("applied") or []]
+        raise AssertionError("SyncRecords could not be listed")
 
     async def state(self, name: str) -> str | None:
         resource = await self.get(name)

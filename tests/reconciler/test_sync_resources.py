@@ -228,7 +228,7 @@ async def test_a_kyma_status_write_reconciles_no_sync_resource(
     await label_kyma(kcp.api, "skr-1", {label: None, f"{label}-other": None})
     (status_change, status_keys), (label_change, label_keys) = triggered[:2]
     assert status_change.content_only and status_keys == []
-    assert not label_change.content_only and f"{kcp.namespace}/group" in label_keys
+    assert not label_change.content_only and f"{kcp.namespace}/group@skr-1" in label_keys
 
 
 async def test_restricted_kind_is_a_warning_and_not_applied(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
