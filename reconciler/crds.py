@@ -183,6 +183,11 @@ def sync_resource_crd() -> dict[str, Any]:
                 type="string",
             ),
             "observedGeneration": _described("The generation this status describes.", type="integer"),
+            "syncedGeneration": _described(
+                "The generation the last pass over every runtime applied (passes over one runtime, for a drift "
+                "event or one runtime's change, rely on it).",
+                type="integer",
+            ),
             "conditions": _described(
                 "Ready: True when every item is Ready in every runtime.",
                 type="array",
@@ -425,6 +430,7 @@ def sync_record_crd() -> dict[str, Any]:
                 "Per runtime of this shard: [item, state, message] as last reconciled (the status sums them up).",
                 **OBJECT_SCHEMA,
             ),
+            "errors": _described("Per runtime of this shard: why its last pass failed as a whole.", **OBJECT_SCHEMA),
         },
     }
     schema = {"type": "object", "properties": {"spec": spec}}

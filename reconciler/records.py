@@ -68,9 +68,14 @@ States = dict[str, list[model.ItemStatus]]
 """Runtime -> its items' states as last reconciled."""
 
 
+_STORED_MESSAGE = 100
+"""States are kept for the status' sake; their messages are cut so that they never crowd records out of a shard."""
+
+
 def _dump_states(states: States) -> dict[str, list[list[str]]]:
     return {
-        runtime: [[s.name, s.state.value, s.message] for s in entries] for runtime, entries in sorted(states.items())
+        runtime: [[s.name, s.state.value, s.message[:_STORED_MESSAGE]] for s in entries]
+        for runtime, entries in sorted(states.items())
     }
 
 
@@ -92,10 +97,14 @@ class Loaded:
 
     records: list[model.AppliedRef]
     states: States
+    errors: dict[str, str]
+    """Runtime -> why its last pass failed as a whole (an unreachable runtime, a release that failed)."""
     shards: dict[int, dict[str, Any]]
     """Shard -> the SyncRecord object as read."""
     legacy: bool
-    """The records came from ``status.applied`` (to be moved on the next save)."""
+    """Some records are still in ``status.applied`` (moved on the next successful save and status write)."""
+    complete: bool = True
+    """Every shard had readable states: a pass over one runtime may rely on the others' as saved."""
 
 
 class RecordStore:
@@ -113,6 +122,8 @@ class RecordStore:
         shards: dict[int, dict[str, Any]] = {}
         records: list[model.AppliedRef] = []
         states: States = {}
+        errors: dict[str, str] = {}
+        complete = True
         for obj in listing:
             shard = (obj.get("spec") or {}).get("shard")
             name = obj["metadata"]["name"]
@@ -120,17 +131,20 @@ class RecordStore:
                 if not isinstance(shard, int) or name != record_name(metadata["name"], metadata["uid"], shard):
                     raise ValueError(f"not a shard of SyncResource {metadata['name']}")
                 entries = [model.AppliedRef.model_validate(e) for e in obj["spec"].get("applied") or []]
-                seen = _load_states(obj["spec"].get("states"))
-            except (ValueError, TypeError) as exc:
+            except ValueError as exc:
                 log.warning("ignoring a SyncRecord", extra={"record": name, "error": str(exc)[:300]})
                 continue
             shards[shard] = obj
             records.extend(entries)
-            states.update(seen)
-        if not shards:
-            legacy = model.applied_refs(resource.get("status"))
-            return Loaded(legacy, {}, {}, legacy=bool(legacy))
-        return Loaded(records, states, shards, legacy=False)
+            try:  # states only inform the status: unreadable ones cost a pass over every runtime, never records
+                states.update(_load_states(obj["spec"]["states"]))
+                errors.update({str(r): str(m) for r, m in (obj["spec"].get("errors") or {}).items()})
+            except (KeyError, ValueError, TypeError, AttributeError):
+                complete = False
+        # Records an earlier version kept in status.applied count until the status write that drops them.
+        earlier = model.applied_refs(resource.get("status"))
+        merged = [*records, *(r for r in earlier if r not in records)]
+        return Loaded(merged, states, errors, shards, legacy=bool(earlier), complete=complete)
 
     async def save(
         self,
@@ -138,6 +152,7 @@ class RecordStore:
         loaded: Loaded,
         records: Iterable[model.AppliedRef],
         states: States | None = None,
+        errors: dict[str, str] | None = None,
     ) -> None:
         """Write every shard whose records or states changed, drop those left empty; RecordsError if any could not be.
 
@@ -147,14 +162,19 @@ class RecordStore:
         states_by_shard: dict[int, States] = {}
         for runtime, statuses in (states or {}).items():
             states_by_shard.setdefault(shard_of(runtime), {})[runtime] = statuses
+        errors_by_shard: dict[int, dict[str, str]] = {}
+        for runtime, message in (errors or {}).items():
+            errors_by_shard.setdefault(shard_of(runtime), {})[runtime] = message[:_STORED_MESSAGE]
         failures: list[str] = []
-        for shard in sorted(set(wanted) | set(states_by_shard)):
+        for shard in sorted(set(wanted) | set(states_by_shard) | set(errors_by_shard)):
             entries = wanted.get(shard, [])
-            seen = _dump_states(states_by_shard.get(shard, {}))
+            seen = {"states": _dump_states(states_by_shard.get(shard, {})), "errors": errors_by_shard.get(shard, {})}
             current = loaded.shards.get(shard)
-            if current is not None and (current["spec"].get("applied"), current["spec"].get("states") or {}) == (
+            spec = (current or {}).get("spec") or {}
+            if current is not None and (spec.get("applied"), spec.get("states"), spec.get("errors") or {}) == (
                 _dump(entries),
-                seen,
+                seen["states"],
+                seen["errors"],
             ):
                 continue
             try:
@@ -162,7 +182,7 @@ class RecordStore:
             except (kube.KubeError, RecordsError) as exc:
                 failures.append(f"shard {shard}: {exc}")
         for shard, current in loaded.shards.items():
-            if shard not in wanted and shard not in states_by_shard:
+            if shard not in wanted and shard not in states_by_shard and shard not in errors_by_shard:
                 try:
                     await self._drop(current)
                 except kube.KubeError as exc:
@@ -171,13 +191,16 @@ class RecordStore:
             raise RecordsError(f"records not saved: {'; '.join(failures[:3])}")
 
     async def _write(
-        self, resource: dict[str, Any], shard: int, entries: list[model.AppliedRef], states: dict[str, Any]
+        self, resource: dict[str, Any], shard: int, entries: list[model.AppliedRef], seen: dict[str, Any]
     ) -> None:
         metadata = resource["metadata"]
         applied = _dump(entries)
-        size = len(json.dumps(applied)) + len(json.dumps(states))
+        size = len(json.dumps(applied))
         if size > MAX_SHARD_BYTES:
             raise RecordsError(f"{size} bytes in one shard (limit {MAX_SHARD_BYTES}): too many items x runtimes")
+        if size + len(json.dumps(seen)) > MAX_SHARD_BYTES:
+            log.warning("item states left out of a full shard", extra={"shard": shard, "bytes": size})
+            seen = {}  # records first: a shard without states only makes the next pass cover every runtime
         await kube.create_or_replace(
             self._kcp,
             crds.SYNC_RECORD.path(metadata["namespace"]),
@@ -198,7 +221,7 @@ class RecordStore:
                         }
                     ],
                 },
-                "spec": {"syncResource": metadata["name"], "shard": shard, "applied": applied, "states": states},
+                "spec": {"syncResource": metadata["name"], "shard": shard, "applied": applied, **seen},
             },
         )
 

@@ -43,6 +43,8 @@ _WAIT_FOR_DELETION = 2.0
 GONE = "gone: "
 """How an item whose object is gone for good says so (Delete, UpdateAndDelete): it is orphaned, to be removed."""
 _EVENTS_PER_RECONCILE = 10
+_BUSY_RETRY = 1.0
+"""When another pass of the same SyncResource runs, a key comes back after this long (doubling while busy)."""
 _MESSAGE_LIMIT = 512
 _SUMMARY_KEYS = ("summary", "detailsOmitted", "itemCount", "runtimeCount", "ready")
 _FAN_OUT_SHARE = 0.8
@@ -142,22 +144,30 @@ class SyncResourceReconciler:
         self._orphans = OrphanCount(shared.registry)
         self._records = records.RecordStore(shared.kcp)
         self._locks: dict[Key, asyncio.Lock] = {}
+        self._finished: set[Key] = set()
+        """SyncResources found gone: their lock is dropped once released."""
 
     async def reconcile(self, key: Key) -> workqueue.Result:
         # One pass at a time per SyncResource: a pass over one runtime and one over all read and write the
         # same records and status.
         lock = self._locks.setdefault(key.whole, asyncio.Lock())
+        if lock.locked():  # not waiting: waiting would eat into this pass's own time limit
+            return workqueue.Result(requeue_after=_BUSY_RETRY)
         try:
             async with lock:
                 return await self._reconcile(key)
         except (kube.KubeError, records.RecordsError) as exc:  # KCP failed us (or changed under us): retry, backing off
             return workqueue.Result.failed(f"{key}: {exc}")
+        finally:
+            if key.whole in self._finished and not lock.locked():
+                self._finished.discard(key.whole)
+                self._locks.pop(key.whole, None)
 
     async def _reconcile(self, key: Key) -> workqueue.Result:
         resource = await kube.get_or_none(self._kcp, crds.SYNC_RESOURCE.object_path(key.namespace, key.name))
         if resource is None:
             self._orphans.count(key.whole, 0)
-            self._locks.pop(key.whole, None)
+            self._finished.add(key.whole)
             return workqueue.Result()
         owner = Owner(key.whole, resource["metadata"]["uid"])
         loaded = await self._records.load(resource)
@@ -177,7 +187,8 @@ class SyncResourceReconciler:
             await self._write_status(resource, state=model.State.FORBIDDEN, message=message, items=[])
             return workqueue.Result()
         generation = resource["metadata"].get("generation")
-        settled = (resource.get("status") or {}).get("observedGeneration") == generation and not loaded.legacy
+        synced = (resource.get("status") or {}).get("syncedGeneration")
+        settled = synced == generation and not loaded.legacy and loaded.complete
         only = key.runtime if settled else None  # a new generation (or old-style records): every runtime
         if not settled:
             resource = await self._write_status(
@@ -215,9 +226,10 @@ class SyncResourceReconciler:
             items += [
                 _status(item, spec.kyma, model.State.ERROR, f"no Kyma {spec.kyma!r} in KCP") for item in spec.items
             ]
+        run_errors = {r: e for r, e in loaded.errors.items() if r not in outcome_of and only is not None}
+        run_errors.update({r: o.error for r, o in outcome_of.items() if o.error})
         errors = sorted(
-            {r for r, o in outcome_of.items() if o.error}
-            | {r for r, entries in states.items() if any(s.state == model.State.ERROR for s in entries)}
+            set(run_errors) | {r for r, entries in states.items() if any(s.state == model.State.ERROR for s in entries)}
         )
         state = model.State.ERROR if errors else sync_plan.overall(i.state for i in items)
         counts = {p: sum(1 for v in placements.values() if v == p) for p in sync_plan.Placement}
@@ -238,7 +250,11 @@ class SyncResourceReconciler:
         )
         self._orphans.count(key.whole, len(orphaned))
         await self._records.save(
-            resource, loaded, [*kept_records, *(ref for o in outcome_of.values() for ref in o.applied)], states
+            resource,
+            loaded,
+            [*kept_records, *(ref for o in outcome_of.values() for ref in o.applied)],
+            states,
+            run_errors,
         )
         await self._write_status(
             resource,
@@ -251,6 +267,9 @@ class SyncResourceReconciler:
                 "itemCount": len(spec.items),
                 "runtimeCount": counts[sync_plan.Placement.SYNC],
                 "ready": f"{sum(1 for i in items if i.state == model.State.READY)}/{len(items)}",
+                # The generation the last pass over every runtime applied: until it is the current one, a
+                # pass over one runtime cannot rely on the others' saved states.
+                "syncedGeneration": generation if only is None else synced,
             },
         )
         if only is not None:  # this key answers for its runtime only
@@ -791,6 +810,7 @@ class SyncResourceReconciler:
             resource,
             {"finalizers": [f for f in resource["metadata"].get("finalizers") or [] if f != FINALIZER]},
         )
+        self._finished.add(owner.key)
         return workqueue.Result()
 
     async def _mark(self, key: Key, resource: dict[str, Any]) -> dict[str, Any]:
