@@ -60,6 +60,11 @@ def by_shard(records: Iterable[model.AppliedRef]) -> dict[int, list[model.Applie
     return {shard: sorted(entries, key=lambda r: (r.runtime, r.item, r.name)) for shard, entries in shards.items()}
 
 
+def applied_of(record: dict[str, Any]) -> list[model.AppliedRef]:
+    """The records a SyncRecord object holds; ValueError when one is malformed."""
+    return [model.AppliedRef.model_validate(entry) for entry in (record.get("spec") or {}).get("applied") or []]
+
+
 def _dump(records: list[model.AppliedRef]) -> list[dict[str, Any]]:
     return [r.model_dump(by_alias=True, exclude_none=True) for r in records]
 
@@ -130,7 +135,7 @@ class RecordStore:
             try:
                 if not isinstance(shard, int) or name != record_name(metadata["name"], metadata["uid"], shard):
                     raise ValueError(f"not a shard of SyncResource {metadata['name']}")
-                entries = [model.AppliedRef.model_validate(e) for e in obj["spec"].get("applied") or []]
+                entries = applied_of(obj)
             except ValueError as exc:
                 log.warning("ignoring a SyncRecord", extra={"record": name, "error": str(exc)[:300]})
                 continue

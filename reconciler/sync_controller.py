@@ -19,7 +19,7 @@ import pydantic
 
 from clients import informer, kube
 from contract import events, wire
-from reconciler import controller, crds, model, settings, sync_resources, workqueue
+from reconciler import controller, crds, model, records, settings, sync_resources, workqueue
 from reconciler.shared import Shared
 
 Key = sync_resources.Key
@@ -157,7 +157,7 @@ class SyncResourceController(controller.Controller[Key]):
         key = Key(record[0], str((change.new.get("spec") or {}).get("syncResource", "")))
         entries = [
             (a.runtime, a.api_version.rpartition("/")[0], a.kind, a.namespace or "", a.name)
-            for a in _applied(change.new)
+            for a in _applied_or_none(change.new)
         ]
         for entry in entries:
             self._placed[entry].add(key)
@@ -186,9 +186,9 @@ class SyncResourceController(controller.Controller[Key]):
                 del self._named[name]
 
 
-def _applied(record: dict[str, Any]) -> list[model.AppliedRef]:
+def _applied_or_none(record: dict[str, Any]) -> list[model.AppliedRef]:
     try:
-        return [model.AppliedRef.model_validate(entry) for entry in (record.get("spec") or {}).get("applied") or []]
+        return records.applied_of(record)
     except ValueError:
         return []
 

@@ -222,7 +222,8 @@ class SyncResourceReconciler:
         states = {r: s for r, s in loaded.states.items() if r not in outcome_of and (only is not None)}
         states.update({r: o.items for r, o in outcome_of.items() if o.items})
         items = [status for entries in states.values() for status in entries]
-        if spec.kyma is not None and self._shared.kyma(spec.kyma) is None:
+        kyma_missing = spec.kyma is not None and self._shared.kyma(spec.kyma) is None
+        if spec.kyma is not None and kyma_missing:
             items += [
                 _status(item, spec.kyma, model.State.ERROR, f"no Kyma {spec.kyma!r} in KCP") for item in spec.items
             ]
@@ -243,11 +244,7 @@ class SyncResourceReconciler:
             )
             + (f"; failing: {', '.join(errors)}" if errors else "")
         )
-        orphaned = (
-            [i.name for i in spec.items]
-            if spec.kyma is not None and self._shared.kyma(spec.kyma) is None
-            else sync_plan.orphaned(items, gone=GONE)
-        )
+        orphaned = [i.name for i in spec.items] if kyma_missing else sync_plan.orphaned(items, gone=GONE)
         self._orphans.count(key.whole, len(orphaned))
         await self._records.save(
             resource,
@@ -311,18 +308,7 @@ class SyncResourceReconciler:
             reason = f"no SyncBinding lets namespace {owner.key.namespace} target runtime {runtime}"
             return RuntimeOutcome([_status(i, runtime, model.State.FORBIDDEN, reason) for i in spec.items], previously)
         if spec.dry_run:
-            return RuntimeOutcome(
-                [
-                    model.ItemStatus(
-                        name=r.item,
-                        runtime=runtime,
-                        state=model.State.PROCESSING,
-                        message=f"would release {_ref(r)} (the runtime left the target)",
-                    )
-                    for r in previously
-                ],
-                previously,
-            )
+            return RuntimeOutcome(_would_release(previously, "the runtime left the target"), previously)
         return await self._leave(
             owner,
             runtime,
@@ -512,12 +498,7 @@ class SyncResourceReconciler:
                 recorded.setdefault(identity, record)  # still wanted, even if not written now: kept
         stale = sync_plan.stale(previously, wanted=wanted, unresolved_items=unresolved)
         if dry_run:
-            statuses = [o.status for o in outcomes] + [
-                model.ItemStatus(
-                    name=r.item, runtime=runtime, state=model.State.PROCESSING, message=f"would release {_ref(r)}"
-                )
-                for r in stale
-            ]
+            statuses = [o.status for o in outcomes] + _would_release(stale, "no item wants it")
             failing = next((s.message for s in statuses if s.state == model.State.ERROR), None)
             return RuntimeOutcome(sorted(statuses, key=lambda s: s.name), previously, failing)
         still_held, errors, released = await self._release_all(handle, owner, stale)
@@ -649,16 +630,10 @@ class SyncResourceReconciler:
         body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
         if act.dry_run:
             changes = diff.changed_paths(live, await act.cluster.apply(body, dry_run=True))
+            if not changes:
+                return model.State.READY, "in sync", False
             verb = "would adopt and change" if holder is None else "would change"
-            return (
-                (model.State.PROCESSING, f"{verb} {', '.join(changes)}", False)
-                if changes
-                else (
-                    model.State.READY,
-                    "in sync",
-                    False,
-                )
-            )
+            return model.State.PROCESSING, f"{verb} {', '.join(changes)}", False
         act.writes.before()
         result = await act.cluster.apply(body)
         if diff.changed_paths(live, result):  # drift reset or a new generation, not bookkeeping (managedFields)
@@ -1008,6 +983,16 @@ async def _served(cluster: objects.ClusterObjects, definitions: list[objects.Ref
             if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
                 break
             await asyncio.sleep(0.2)
+
+
+def _would_release(held: Iterable[model.AppliedRef], why: str) -> list[model.ItemStatus]:
+    """What a dry run says of records a real pass would release."""
+    return [
+        model.ItemStatus(
+            name=r.item, runtime=r.runtime, state=model.State.PROCESSING, message=f"would release {_ref(r)} ({why})"
+        )
+        for r in held
+    ]
 
 
 def _may_write(item: model.Item) -> bool:
