@@ -120,9 +120,7 @@ def _sandbox_reason(context: dict[str, Any], who: str) -> str | None:
     if _at(context, ("windowsOptions", "hostProcess")) is True:
         return f"{who} is a Windows host process"
     selinux = context.get("seLinuxOptions") or {}
-    if isinstance(selinux, dict) and (
-        selinux.get("user") or selinux.get("role") or (selinux.get("type") or "") not in _CONTAINER_SELINUX_TYPES
-    ):
+    if selinux.get("user") or selinux.get("role") or (selinux.get("type") or "") not in _CONTAINER_SELINUX_TYPES:
         return f"{who} sets SELinux options beyond the container types"
     return None
 
@@ -134,11 +132,11 @@ def _pod_spec_reason(spec: dict[str, Any]) -> str | None:
     if any(isinstance(v, dict) and "hostPath" in v for v in spec.get("volumes") or []):
         return "pod mounts a hostPath volume"
     pod_context = spec.get("securityContext") or {}
-    reason = _sandbox_reason(pod_context, "pod") if isinstance(pod_context, dict) else None
+    # A field of the wrong type raises here: privileged_reason counts that as a refusal.
+    reason = _sandbox_reason(pod_context, "pod")
     if reason:
         return reason
-    sysctls = pod_context.get("sysctls") or [] if isinstance(pod_context, dict) else []
-    unsafe = sorted(str(s.get("name")) for s in sysctls if isinstance(s, dict) and s.get("name") not in _SAFE_SYSCTLS)
+    unsafe = sorted(str(s.get("name")) for s in pod_context.get("sysctls") or [] if s.get("name") not in _SAFE_SYSCTLS)
     if unsafe:
         return f"pod sets unsafe sysctls {unsafe}"
     for group in ("containers", "initContainers", "ephemeralContainers"):

@@ -196,6 +196,7 @@ CONFIGMAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", 
             id="apparmor-annotation",
         ),
         pytest.param(deployment({"securityContext": "x"}), id="malformed-security-context"),
+        pytest.param(pod(securityContext="x"), id="malformed-pod-security-context"),
         pytest.param(deployment({"securityContext": {"capabilities": {"add": 5}}}), id="malformed-capabilities"),
         pytest.param(
             {
