@@ -4,7 +4,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import signal
 import sys
 import tempfile
@@ -15,15 +14,14 @@ from pathlib import Path
 from contract import ids
 from devenv import demo, errors, landscape, testbin
 from kit import aio
+from observability import cli as observability_cli
 from observability import logs
 
 log = logging.getLogger("kyma-devenv")
 
 
-def _binaries_dir(args: argparse.Namespace) -> Path:
-    if args.testbin:
-        return Path(args.testbin)
-    return testbin.default_cache_root() / testbin.K8S_VERSION
+def _binaries(args: argparse.Namespace) -> testbin.Binaries:
+    return testbin.ensure(directory=Path(args.testbin)) if args.testbin else testbin.configured()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,10 +32,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--testbin",
-        default=os.environ.get("KYMA_SYNC_TESTBIN"),
-        help="directory holding kube-apiserver and etcd (default: $KYMA_SYNC_TESTBIN, else "
+        help="directory holding kube-apiserver and etcd, built there if missing (default: $KYMA_SYNC_TESTBIN, "
+        "else $KUBEBUILDER_ASSETS as setup-envtest leaves it, else "
         f"~/.cache/kyma-sync/testbin/{testbin.K8S_VERSION}, built there on first use)",
     )
+    observability_cli.add_version(parser)
     parser.add_argument("--log-level", default="INFO", help="log level (default: INFO)")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -82,7 +81,7 @@ def _wait_for_signal() -> None:
 
 def _up(args: argparse.Namespace) -> None:
     runtimes = _runtime_names(args.runtimes)
-    binaries = testbin.ensure(directory=_binaries_dir(args))
+    binaries = _binaries(args)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kyma-sync-"))
     running = landscape.start(workdir=workdir, binaries=binaries, runtimes=runtimes)
     try:
@@ -98,7 +97,7 @@ def _up(args: argparse.Namespace) -> None:
 
 
 def _demo(args: argparse.Namespace) -> None:
-    binaries = testbin.ensure(directory=_binaries_dir(args))
+    binaries = _binaries(args)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kyma-sync-demo-"))
     running = landscape.start(workdir=workdir, binaries=binaries)
     print("control plane up")
@@ -121,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(level=args.log_level, json_lines=False)
     try:
         if args.command == "build-testbin":
-            testbin.ensure(directory=_binaries_dir(args))
+            _binaries(args)
             testbin.ensure_helm(directory=testbin.default_cache_root() / "tools")
         elif args.command == "demo":
             _demo(args)

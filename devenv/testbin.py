@@ -59,6 +59,20 @@ def default_cache_root() -> Path:
     return Path(base) / "kyma-sync" / "testbin"
 
 
+def configured() -> Binaries:
+    """The binaries the environment points at, built into the cache if it points nowhere.
+
+    ``KYMA_SYNC_TESTBIN`` (ours; built there if missing), else ``KUBEBUILDER_ASSETS`` — the
+    directory controller-runtime's envtest and setup-envtest use, so a machine that has them needs
+    no build (never built into: it is another tool's directory) — else the per-user cache.
+    """
+    if ours := os.environ.get("KYMA_SYNC_TESTBIN"):
+        return ensure(directory=Path(ours))
+    if envtest := os.environ.get("KUBEBUILDER_ASSETS"):
+        return ensure(directory=Path(envtest), build=False)
+    return ensure(directory=default_cache_root() / K8S_VERSION)
+
+
 def ensure(*, directory: Path, version: str = K8S_VERSION, build: bool = True) -> Binaries:
     """The binaries in ``directory``, building them there first if they are missing."""
     binaries = Binaries(directory)

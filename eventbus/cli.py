@@ -27,6 +27,7 @@ import pydantic
 
 from clients import bus
 from eventbus import layout, setup
+from observability import cli as observability_cli
 from observability import logs
 
 
@@ -34,6 +35,7 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kyma-eventbus", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    observability_cli.add_version(parser)
     parser.add_argument("--log-level", default="WARNING")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

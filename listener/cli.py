@@ -10,7 +10,7 @@ import pydantic
 
 from kit import aio
 from listener import server, settings
-from observability import logs, tracing
+from observability import cli as observability_cli
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -20,8 +20,7 @@ def _parser() -> argparse.ArgumentParser:
         "NATS JetStream. Answers 202 only after JetStream has acknowledged the event.",
     )
     parser.add_argument("--config", required=True, type=Path, help="listener YAML configuration")
-    parser.add_argument("--log-level", default="INFO")
-    parser.add_argument("--trace-exporter", choices=["none", "console"], default="none", help="where spans go")
+    observability_cli.add_arguments(parser)
     parser.add_argument("--check-config", action="store_true", help="validate the configuration and exit")
     return parser
 
@@ -32,16 +31,15 @@ async def _serve(config: settings.ListenerSettings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logs.configure(level=args.log_level)
     try:
+        observability_cli.set_up(args, service_name="kyma-listener")
         config = settings.load(args.config)
-    except (ValueError, pydantic.ValidationError) as exc:
+    except (ValueError, pydantic.ValidationError) as exc:  # a TracingConfigError is a ValueError
         print(f"kyma-listener: invalid configuration: {exc}", file=sys.stderr)
         return 2
     if args.check_config:
         print("configuration is valid")
         return 0
-    tracing.configure(service_name="kyma-listener", exporter=args.trace_exporter)
     try:
         asyncio.run(_serve(config))
     except OSError as exc:

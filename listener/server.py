@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from kit import aio
 from listener import app, metrics, publisher, ratelimit, settings, trust
 from observability import endpoints
+from observability import metrics as observability_metrics
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ async def serving(
         settings=config,
         trust=trust.CachedTrust(_load_trust(config.trust)),
         limiter=ratelimit.RateLimiter(rate=config.rate_limit.events_per_second, burst=config.rate_limit.burst),
-        metrics=metrics.ListenerMetrics(registry or CollectorRegistry()),
+        metrics=metrics.ListenerMetrics(registry or observability_metrics.component_registry()),
         publisher=publisher.JetStreamPublisher(config.nats),
     )
     events_runner = web.AppRunner(

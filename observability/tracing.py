@@ -2,23 +2,61 @@
 
 A process installs one TracerProvider at its entry point (``configure``); libraries only ask
 for tracers, so without configuration spans are no-ops and cost next to nothing.
+
+Configuration is OpenTelemetry's own: ``OTEL_TRACES_EXPORTER`` (otlp, console, none),
+``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (OTLP over HTTP/protobuf),
+``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``,
+``OTEL_TRACES_SAMPLER`` and ``OTEL_SDK_DISABLED`` mean what they mean for every other service a
+platform team runs. One deliberate difference: with no exporter named and no OTLP endpoint set,
+nothing is exported (the standard default, otlp to localhost:4318, would only log connection
+errors in a cluster without a collector).
 """
 
+import os
 from collections.abc import Mapping, MutableMapping
 from typing import Literal
 
 from opentelemetry import context, propagate, trace
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
-Exporter = Literal["none", "console"]
+Exporter = Literal["none", "console", "otlp"]
+EXPORTERS: tuple[Exporter, ...] = ("none", "console", "otlp")
+_OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
-def configure(*, service_name: str, exporter: Exporter = "none") -> TracerProvider:
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
-    if exporter == "console":
+class TracingConfigError(ValueError):
+    """An OTEL_* variable names something this process cannot do."""
+
+
+def exporter_from_environment(environ: Mapping[str, str] = os.environ) -> Exporter:
+    """The exporter the standard variables ask for (see the module text for the one difference)."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return "none"
+    named = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if not named:
+        return "otlp" if any(environ.get(variable) for variable in _OTLP_ENDPOINTS) else "none"
+    if named not in EXPORTERS:
+        raise TracingConfigError(f"OTEL_TRACES_EXPORTER={named!r}: this process exports to one of {EXPORTERS}")
+    return named
+
+
+def configure(
+    *, service_name: str, exporter: Exporter | None = None, environ: Mapping[str, str] = os.environ
+) -> TracerProvider:
+    """Install the process's TracerProvider; ``exporter`` None means: as the environment says."""
+    chosen = exporter_from_environment(environ) if exporter is None else exporter
+    # OTEL_SERVICE_NAME, when set, names the service (the resource detector reads it).
+    attributes = {} if environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: service_name}
+    provider = TracerProvider(resource=Resource.create(attributes))
+    if chosen == "console":
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+    elif chosen == "otlp":
+        # Imported here: protobuf and the HTTP client load only in processes that export.
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
     return provider
 

@@ -5,7 +5,6 @@ logic never pay for it.
 """
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -47,9 +46,7 @@ async def no_leftover_tasks() -> AsyncIterator[None]:
 
 @pytest.fixture(scope="session")
 def testbin_binaries() -> testbin.Binaries:
-    override = os.environ.get("KYMA_SYNC_TESTBIN")
-    directory = Path(override) if override else testbin.default_cache_root() / testbin.K8S_VERSION
-    return testbin.ensure(directory=directory)
+    return testbin.configured()
 
 
 @pytest.fixture(scope="session")

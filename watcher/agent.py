@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from clients import kube
 from kit import aio
 from observability import endpoints
+from observability import metrics as observability_metrics
 from watcher import config, lease, metrics, pipeline
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class Agent:
         self._config_path = config_path
         self._api = api
         self.settings = config.load(config_path)
-        self.metrics = metrics.WatcherMetrics(registry or CollectorRegistry())
+        self.metrics = metrics.WatcherMetrics(registry or observability_metrics.component_registry())
         self.elector = lease.LeaderElector(api, self.settings.lease, identity=identity)
         self._reconfigured = asyncio.Event()
         self.management_url: str | None = None

@@ -12,7 +12,7 @@ import pydantic
 
 from clients import kube
 from kit import aio
-from observability import logs, tracing
+from observability import cli as observability_cli
 from watcher import agent
 from watcher import config as config_mod
 
@@ -32,8 +32,7 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("POD_NAME") or socket.gethostname(),
         help="this candidate's name in the Lease (default: $POD_NAME, else the host name)",
     )
-    parser.add_argument("--log-level", default="INFO")
-    parser.add_argument("--trace-exporter", choices=["none", "console"], default="none")
+    observability_cli.add_arguments(parser)
     return parser
 
 
@@ -47,9 +46,8 @@ async def _run(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logs.configure(level=args.log_level)
-    tracing.configure(service_name="kyma-watcher", exporter=args.trace_exporter)
     try:
+        observability_cli.set_up(args, service_name="kyma-watcher")
         asyncio.run(_run(args))
     except (OSError, kube.KubeconfigError) as exc:  # before ValueError: a KubeconfigError is one
         print(f"kyma-watcher: {exc}", file=sys.stderr)
