@@ -186,9 +186,32 @@ async def _settled(call: Awaitable[None]) -> None:
         raise BusUnavailableError(f"could not settle the message: {exc!r}") from exc
 
 
+@dataclasses.dataclass(frozen=True)
+class Backlog:
+    pending: int
+    """Messages of the consumer's subjects not yet delivered to it."""
+    ack_pending: int
+    """Delivered, not yet settled."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamUsage:
+    messages: int
+    bytes: int
+    max_bytes: int
+    """-1: unlimited."""
+
+
 class PullConsumer:
     def __init__(self, subscription: JetStreamContext.PullSubscription) -> None:
         self._subscription = subscription
+
+    async def backlog(self) -> Backlog:
+        try:
+            info = await self._subscription.consumer_info()
+        except _NATS_ERRORS as exc:
+            raise BusUnavailableError(f"consumer info failed: {exc!r}") from exc
+        return Backlog(pending=info.num_pending or 0, ack_pending=info.num_ack_pending or 0)
 
     async def fetch(self, batch: int, *, timeout: float) -> list[Delivery]:
         """Up to ``batch`` messages; none when nothing came within ``timeout``."""
@@ -298,6 +321,13 @@ class Bus:
             await self._js.update_stream(settings.config())
         except _NATS_ERRORS as exc:
             raise BusUnavailableError(f"cannot create/update stream {settings.name}: {exc}") from exc
+
+    async def stream_usage(self, name: str) -> StreamUsage:
+        try:
+            info = await self._js.stream_info(name)
+        except _NATS_ERRORS as exc:
+            raise BusUnavailableError(f"stream info of {name} failed: {exc!r}") from exc
+        return StreamUsage(messages=info.state.messages, bytes=info.state.bytes, max_bytes=info.config.max_bytes or -1)
 
     async def publish(
         self, *, subject: str, payload: bytes, msg_id: str, headers: dict[str, str], timeout: float

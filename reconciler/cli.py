@@ -13,7 +13,9 @@ from prometheus_client import CollectorRegistry
 
 from clients import kube
 from kit import aio
-from observability import endpoints, logs, tracing
+from observability import cli as observability_cli
+from observability import endpoints
+from observability import metrics as observability_metrics
 from reconciler import (
     kyma_sync,
     manager,
@@ -44,8 +46,7 @@ def _parser() -> argparse.ArgumentParser:
         "(overrides the config; default v1/Secret)",
     )
     parser.add_argument("--no-module-templates", action="store_true", help="do not copy ModuleTemplates into runtimes")
-    parser.add_argument("--log-level", default="INFO")
-    parser.add_argument("--trace-exporter", choices=["none", "console"], default="none")
+    observability_cli.add_arguments(parser)
     return parser
 
 
@@ -90,7 +91,7 @@ def build_manager(
 
 
 async def run(config: settings.ReconcilerSettings, *, kcp: kube.ApiClient, stop: asyncio.Event) -> None:
-    registry = CollectorRegistry()
+    registry = observability_metrics.component_registry()
     running = build_manager(config, kcp=kcp, registry=registry)
     runner = web.AppRunner(endpoints.management_app(registry, running.readiness), access_log=None)
     await runner.setup()
@@ -108,13 +109,12 @@ async def _main(args: argparse.Namespace, config: settings.ReconcilerSettings) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logs.configure(level=args.log_level)
     try:
+        observability_cli.set_up(args, service_name="kyma-reconciler")
         config = _settings(args)
-    except (ValueError, pydantic.ValidationError) as exc:
+    except (ValueError, pydantic.ValidationError) as exc:  # a TracingConfigError is a ValueError
         print(f"kyma-reconciler: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    tracing.configure(service_name="kyma-reconciler", exporter=args.trace_exporter)
     try:
         asyncio.run(_main(args, config))
     except (OSError, kube.KubeError, kube.KubeconfigError) as exc:

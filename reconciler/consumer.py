@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from clients import bus
 from contract import errors as contract_errors
-from contract import events, subjects
+from contract import events, subjects, wire
 from kit import aio
 from observability import tracing
 from reconciler import workqueue
@@ -33,9 +33,6 @@ from reconciler import workqueue
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("kyma.reconciler")
 
-DEAD_LETTER_REASON = "Kyma-Dead-Letter-Reason"
-ORIGINAL_SUBJECT = "Kyma-Original-Subject"
-DELIVERIES = "Kyma-Deliveries"
 _REFUSED_RETRY_SECONDS = 60.0
 """A refused durable is tried again this often: a permission granted by a server reload takes effect unaided."""
 
@@ -70,6 +67,8 @@ class ConsumerSettings:
     batch: int = 64
     nak_delay_initial: float = 0.5
     nak_delay_max: float = 300
+    backlog_report_seconds: float = 15
+    """How often the durable's backlog and the stream's fill are read for the metrics."""
 
 
 class ConsumerMetrics:
@@ -94,6 +93,31 @@ class ConsumerMetrics:
             "kyma_reconciler_dead_letters",
             "Events sent to the dead-letter subject, by module",
             ["module"],
+            registry=registry,
+        )
+
+        self.pending = Gauge(
+            "kyma_reconciler_consumer_pending_messages",
+            "Events of the durable's subjects not yet delivered to it (its backlog)",
+            ["durable"],
+            registry=registry,
+        )
+        self.ack_pending = Gauge(
+            "kyma_reconciler_consumer_ack_pending_messages",
+            "Events delivered to the durable and not yet settled",
+            ["durable"],
+            registry=registry,
+        )
+        self.stream_messages = Gauge(
+            "kyma_eventbus_stream_messages", "Messages kept in the stream", ["stream"], registry=registry
+        )
+        self.stream_bytes = Gauge(
+            "kyma_eventbus_stream_bytes", "Bytes kept in the stream", ["stream"], registry=registry
+        )
+        self.stream_max_bytes = Gauge(
+            "kyma_eventbus_stream_max_bytes",
+            "The stream's byte limit (-1: none); at it the listener answers 503",
+            ["stream"],
             registry=registry,
         )
 
@@ -202,9 +226,9 @@ async def _dead_letter(
             payload=delivery.data,
             msg_id=f"{delivery.headers.get(bus.MSG_ID_HEADER, '')}-{settings.durable}",
             headers={
-                DEAD_LETTER_REASON: decided.reason[:1024],
-                ORIGINAL_SUBJECT: delivery.subject,
-                DELIVERIES: str(delivery.deliveries),
+                wire.DEAD_LETTER_REASON_HEADER: decided.reason[:1024],
+                wire.ORIGINAL_SUBJECT_HEADER: delivery.subject,
+                wire.DELIVERIES_HEADER: str(delivery.deliveries),
             },
             timeout=5,
         )
@@ -243,7 +267,12 @@ async def consume(
                 )
                 backoff.reset()
                 metrics.subscribed(settings.durable)
-                await _pull(connection, pull, settings, handler, metrics, in_flight, stop=stop)
+                reporting = asyncio.create_task(_report_backlog(connection, pull, settings, metrics, stop))
+                try:
+                    await _pull(connection, pull, settings, handler, metrics, in_flight, stop=stop)
+                finally:
+                    reporting.cancel()
+                    await asyncio.gather(reporting, return_exceptions=True)
             except bus.BusRefusedError as exc:
                 # Configuration, not an outage: the other modules' consumers and the controllers go on.
                 log.error(
@@ -264,6 +293,31 @@ async def consume(
     finally:
         if in_flight:
             await asyncio.gather(*in_flight, return_exceptions=True)
+
+
+async def _report_backlog(
+    connection: bus.Bus,
+    pull: bus.PullConsumer,
+    settings: ConsumerSettings,
+    metrics: ConsumerMetrics,
+    stop: asyncio.Event,
+) -> None:
+    """The durable's backlog and the stream's fill, for dashboards and the stream-near-limit alert.
+
+    Best effort on its own task: an identity without stream-info permission (granted by kyma-eventbus
+    since this metric exists) only loses the stream gauges, never a delivery.
+    """
+    while not await aio.sleep_unless(stop, settings.backlog_report_seconds):
+        try:
+            backlog = await pull.backlog()
+            metrics.pending.labels(settings.durable).set(backlog.pending)
+            metrics.ack_pending.labels(settings.durable).set(backlog.ack_pending)
+            usage = await connection.stream_usage(settings.stream)
+            metrics.stream_messages.labels(settings.stream).set(usage.messages)
+            metrics.stream_bytes.labels(settings.stream).set(usage.bytes)
+            metrics.stream_max_bytes.labels(settings.stream).set(usage.max_bytes)
+        except bus.BusUnavailableError as exc:
+            log.debug("backlog not reported", extra={"durable": settings.durable, "error": str(exc)})
 
 
 async def _pull(

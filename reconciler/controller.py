@@ -15,9 +15,12 @@ listed cannot tell "absent" from "not seen yet"); until then triggers only queue
 import abc
 import asyncio
 import dataclasses
+import datetime
 import logging
 from collections.abc import Hashable, Iterable
 from typing import Generic, TypeVar
+
+from opentelemetry import trace
 
 from clients import informer
 from contract import events
@@ -26,6 +29,7 @@ from reconciler import settings, workqueue
 from reconciler.shared import Shared
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer("kyma.reconciler")
 
 K = TypeVar("K", bound=Hashable)
 
@@ -46,11 +50,13 @@ class Controller(abc.ABC, Generic[K]):
         self.name = name
         self._resync_seconds = config.resync_seconds
         self._informers: list[informer.Informer] = []
+        self._change_applied = shared.queue_metrics.change_applied
         self.queue: workqueue.WorkQueue[K] = workqueue.WorkQueue(
             name=name,
             reconcile=self.reconcile,
             workers=config.workers,
             metrics=shared.queue_metrics,
+            runtime_of=self.runtime_of,
             timeout=config.reconcile_timeout_seconds,
         )
 
@@ -65,6 +71,10 @@ class Controller(abc.ABC, Generic[K]):
     @abc.abstractmethod
     def all_keys(self) -> Iterable[K]:
         """Every key, for the start and the periodic resync."""
+
+    def runtime_of(self, key: K) -> str | None:
+        """The one runtime a key's reconcile is about, for the per-runtime error count (None: not one)."""
+        return None
 
     def keys_for_runtime(self, change: RuntimeChange) -> Iterable[K]:
         """Keys to reconcile when a runtime's Kyma CR or kubeconfig changed."""
@@ -116,7 +126,12 @@ class Controller(abc.ABC, Generic[K]):
             return None
         backing_off = {key: delay for key in keys if (delay := self.queue.retry_delay(key)) > 0}
         ready = [key for key in keys if key not in backing_off]
-        results = await asyncio.gather(*(self.queue.add(key) for key in ready))
+        with tracer.start_as_current_span(f"reconcile {self.name}", attributes={"kyma.keys": len(ready)}) as span:
+            results = await asyncio.gather(*(self.queue.add(key) for key in ready))
+            span.set_attribute("kyma.ok", all(r.ok for r in results))
+        if ready and all(r.ok for r in results):
+            seen_to_applied = datetime.datetime.now(datetime.UTC) - event.observed_at
+            self._change_applied.labels(self.name, event.module).observe(max(0.0, seen_to_applied.total_seconds()))
         failed = [(key, r) for key, r in zip(ready, results, strict=True) if not r.ok and not r.terminal]
         if failed or backing_off:
             delay = max([self.queue.retry_delay(k) for k, _ in failed] + list(backing_off.values()))

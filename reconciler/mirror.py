@@ -78,6 +78,9 @@ class MirrorController(controller.Controller[Key]):
     def all_keys(self) -> Iterable[Key]:
         return [RuntimeKey(runtime) for runtime in self.shared.runtimes()]
 
+    def runtime_of(self, key: Key) -> str:
+        return key.runtime
+
     def keys_for_runtime(self, change: controller.RuntimeChange) -> Iterable[Key]:
         return [RuntimeKey(change.runtime)]
 

@@ -27,6 +27,9 @@ class PerRuntimeController(controller.Controller[ids.RuntimeId]):
     def all_keys(self) -> Iterable[ids.RuntimeId]:
         return [ids.RuntimeId(r) for r in self.shared.runtimes()]
 
+    def runtime_of(self, key: ids.RuntimeId) -> str:
+        return key
+
     def keys_for_runtime(self, change: controller.RuntimeChange) -> Iterable[ids.RuntimeId]:
         return [ids.RuntimeId(change.runtime)]
 

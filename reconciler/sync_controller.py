@@ -35,7 +35,7 @@ def _key(obj: dict[str, Any]) -> Key:
 
 class SyncResourceController(controller.Controller[Key]):
     def __init__(self, shared: Shared, config: settings.SyncResourcesSettings, *, events_module: str) -> None:
-        super().__init__(shared, config, name="sync_resources")
+        super().__init__(shared, config, name=sync_resources.CONTROLLER_NAME)
         self.modules = frozenset({events_module})
         self.resources = self.own(informer.Informer(shared.kcp, crds.SYNC_RESOURCE, namespace=config.namespace))
         self.bindings = self.own(informer.Informer(shared.kcp, crds.SYNC_BINDING))

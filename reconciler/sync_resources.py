@@ -126,6 +126,9 @@ def _ref(record: model.AppliedRef) -> objects.Ref:
     return objects.Ref(record.api_version, record.kind, record.namespace, record.name)
 
 
+CONTROLLER_NAME = "sync_resources"
+
+
 class SyncResourceReconciler:
     def __init__(
         self,
@@ -142,6 +145,7 @@ class SyncResourceReconciler:
         self._bindings = bindings
         self._restricted = [kinds.GroupKind.parse(entry) for entry in config.restricted_kinds]
         self._orphans = OrphanCount(shared.registry)
+        self._runtime_errors = shared.queue_metrics.runtime_errors.labels
         self._records = records.RecordStore(shared.kcp)
         self._locks: dict[Key, asyncio.Lock] = {}
         self._finished: set[Key] = set()
@@ -358,10 +362,14 @@ class SyncResourceReconciler:
                 await aio.all_of(bounded(runtime) for runtime in work)
         except TimeoutError:
             log.warning("runtimes not reached in time", extra={"key": str(owner.key), "budget_seconds": budget})
-        return {
+        outcomes = {
             runtime: done.get(runtime) or cut_short(runtime, f"runtime {runtime} not reached within {budget:g}s")
             for runtime in work
         }
+        for runtime, outcome in outcomes.items():
+            if outcome.error or any(item.state == model.State.ERROR for item in outcome.items):
+                self._runtime_errors(CONTROLLER_NAME, runtime).inc()
+        return outcomes
 
     async def _release_runtime(
         self, owner: Owner, runtime: str, previously: list[model.AppliedRef], journal: "Journal"

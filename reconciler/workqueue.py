@@ -83,6 +83,19 @@ class QueueMetrics:
         self.retries = Counter(
             "kyma_reconciler_retries", "Keys scheduled again after a failure", ["controller"], registry=registry
         )
+        self.runtime_errors = Counter(
+            "kyma_reconciler_runtime_errors",
+            "Failed reconciles (or failed runtimes of a fan-out), by controller and runtime",
+            ["controller", "runtime"],
+            registry=registry,
+        )
+        self.change_applied = Histogram(
+            "kyma_reconciler_change_applied_seconds",
+            "From the watcher observing a change to the reconcile it triggered succeeding (includes clock skew)",
+            ["controller", "module"],
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600),
+            registry=registry,
+        )
 
 
 class WorkQueue(Generic[K]):
@@ -93,6 +106,7 @@ class WorkQueue(Generic[K]):
         reconcile: Reconcile[K],
         workers: int,
         metrics: QueueMetrics,
+        runtime_of: Callable[[K], str | None] = lambda key: None,
         timeout: float = 300,
         backoff_initial: float = 0.5,
         backoff_max: float = 300,
@@ -106,6 +120,8 @@ class WorkQueue(Generic[K]):
         self._seconds = metrics.seconds.labels(name)
         self._depth = metrics.depth.labels(name)
         self._retries = metrics.retries.labels(name)
+        self._runtime_errors = metrics.runtime_errors
+        self._runtime_of = runtime_of
         self._timeout = timeout
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
@@ -259,4 +275,6 @@ class WorkQueue(Generic[K]):
         self._reconciles["ok" if result.ok else "terminal" if result.terminal else "error"].inc()
         if not result.ok:
             log.warning("reconcile failed", extra={"controller": self._name, "key": str(key), "error": result.error})
+            if (runtime := self._runtime_of(key)) is not None:
+                self._runtime_errors.labels(self._name, runtime).inc()
         return result

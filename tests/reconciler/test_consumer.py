@@ -8,7 +8,7 @@ from nats.aio.client import Client as Nats
 from prometheus_client import CollectorRegistry
 
 from clients import bus
-from contract import events, subjects
+from contract import events, subjects, wire
 from devenv import landscape as landscape_mod
 from devenv import nats as nats_mod
 from reconciler import consumer, workqueue
@@ -94,7 +94,7 @@ async def test_a_failing_event_is_dead_lettered_while_others_flow(
         stop.set()
         await consuming
     assert letters[0].subject == f"{subjects.DEAD_LETTER_PREFIX}.{module}.skr-a"
-    assert "always fails" in letters[0].headers[consumer.DEAD_LETTER_REASON]
+    assert "always fails" in letters[0].headers[wire.DEAD_LETTER_REASON_HEADER]
     assert events.decode(letters[0].data).id == poison.id
     assert calls == {"poison": 3, "fine": 1} and order[0] == "fine"
     assert registry.get_sample_value("kyma_reconciler_dead_letters_total", {"module": module}) == 1
@@ -237,6 +237,62 @@ async def test_work_in_flight_does_not_hold_up_the_reconnect(private_nats: nats_
         await publish_as_listener("after-restart")
         await eventually(lambda: "after-restart" in handled, timeout=60, what="the later event handled")
         assert "slow" not in handled
+    finally:
+        release.set()
+        stop.set()
+        await consuming
+
+
+@pytest.mark.integration
+async def test_the_consumer_reports_its_backlog_and_the_streams_fill(
+    landscape: landscape_mod.Landscape, event_bus: bus.Bus
+) -> None:
+    """What the queue panels and the stream-near-limit alert read: undelivered, unsettled, the stream's bytes and limit."""
+    module = f"bl-{uuid.uuid4().hex[:6]}"
+    release = asyncio.Event()
+
+    async def handler(event: events.ChangeEvent) -> workqueue.Result | None:
+        await release.wait()
+        return workqueue.Result()
+
+    for n in range(5):
+        await publish(event_bus, configmap_event(module, "skr-a", name=f"cm-{n}"))
+    registry = CollectorRegistry()
+    settings = consumer.ConsumerSettings(
+        servers=(landscape.nats.url,),
+        credentials=landscape.nats.credentials(),
+        subject=f"kyma.events.{module}.*",
+        durable=f"d-{module}",
+        stream=bus.StreamSettings().name,
+        max_in_flight=2,
+        backlog_report_seconds=0.1,
+    )
+    sample = registry.get_sample_value
+    stop = asyncio.Event()
+    consuming = asyncio.create_task(
+        consumer.consume(settings, handler, metrics=consumer.ConsumerMetrics(registry), stop=stop)
+    )
+    try:
+        durable = {"durable": settings.durable}
+        await eventually(
+            lambda: (
+                sample("kyma_reconciler_consumer_pending_messages", durable) == 3
+                and sample("kyma_reconciler_consumer_ack_pending_messages", durable) == 2
+            ),
+            what="3 waiting and 2 in flight",
+        )
+        stream = {"stream": settings.stream}
+        assert (sample("kyma_eventbus_stream_messages", stream) or 0) >= 5
+        assert (sample("kyma_eventbus_stream_bytes", stream) or 0) > 0
+        assert sample("kyma_eventbus_stream_max_bytes", stream) == bus.StreamSettings().max_bytes
+        release.set()
+        await eventually(
+            lambda: (
+                sample("kyma_reconciler_consumer_pending_messages", durable) == 0
+                and sample("kyma_reconciler_consumer_ack_pending_messages", durable) == 0
+            ),
+            what="the backlog drained",
+        )
     finally:
         release.set()
         stop.set()

@@ -30,7 +30,7 @@ async def test_user_edit_in_runtime_is_reset_through_watcher_listener_and_nats(
     ]
     async with (
         pipeline(watches, ["kyma-sync"]) as running,
-        run_controller(resync_seconds=3600, nats_servers=(landscape.nats.url,)),
+        run_controller(resync_seconds=3600, nats_servers=(landscape.nats.url,)) as reconciling,
     ):
         await kcp.create("drift", {"kyma": "skr-1", "items": [kcp.configmap("cm-drift", {"k": "desired"})]})
         await eventually(lambda: _data_is(kcp, "cm-drift", "desired"), what="created")
@@ -52,6 +52,10 @@ async def test_user_edit_in_runtime_is_reset_through_watcher_listener_and_nats(
             lambda: (sample("kyma_watcher_events_noise_total", {"reason": "ignored_field_manager"}) or 0) >= 1,
             what="the reset recognised as our own write, not echoed",
         )
+        applied = reconciling.shared.registry.get_sample_value(
+            "kyma_reconciler_change_applied_seconds_count", {"controller": "sync_resources", "module": "kyma-sync"}
+        )
+        assert (applied or 0) >= 1, "the change seen by the watcher is timed until applied"
     print(f"drift reset {reset_after:.2f}s after the edit")
 
 

@@ -255,7 +255,7 @@ async def test_restricted_kind_is_a_warning_and_not_applied(kcp: Kcp, run_contro
 
 
 async def test_unreachable_runtime_is_error_for_itself_only(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
-    """A runtime whose apiserver does not answer shows Error; the reachable one is synced."""
+    """A runtime whose apiserver does not answer shows Error (and is counted for the errors top-k); the reachable one is synced."""
     label = f"test-{uuid.uuid4().hex[:6]}"
     ca = pki.create_ca("nowhere")
     dead = kubeconfigs.build(
@@ -264,7 +264,7 @@ async def test_unreachable_runtime_is_error_for_itself_only(kcp: Kcp, run_contro
     await register_runtime(kcp.api, "skr-down", dead, {label: "yes"})
     await label_kyma(kcp.api, "skr-1", {label: "yes"})
     try:
-        async with run_controller():
+        async with run_controller() as running:
             await kcp.create(
                 "partial",
                 {
@@ -274,6 +274,10 @@ async def test_unreachable_runtime_is_error_for_itself_only(kcp: Kcp, run_contro
             )
             await eventually(lambda: _has(kcp, "skr-1", "cm-partial", {"k": "v"}), what="synced to skr-1")
             await eventually(lambda: _state_is(kcp, "partial", "Error"), what="Error")
+            errors = running.shared.registry.get_sample_value
+            labels = {"controller": "sync_resources"}
+            assert (errors("kyma_reconciler_runtime_errors_total", {**labels, "runtime": "skr-down"}) or 0) >= 1
+            assert errors("kyma_reconciler_runtime_errors_total", {**labels, "runtime": "skr-1"}) is None
         status = (await kcp.get("partial") or {})["status"]
         per_runtime = {i["runtime"]: i["state"] for i in status["items"]}
         assert per_runtime == {"skr-1": "Ready", "skr-down": "Error"}
