@@ -14,13 +14,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from aiohttp import web
 from cryptography import x509
 
 from certs import access, rotation, runtimes, stores
 from clients import kube
 from contract import wire
 from kit import aio
-from observability import logs
+from observability import cli as observability_cli
+from observability import endpoints, logs
+from observability import metrics as observability_metrics
 from pki import authority, pki
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -42,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--store", type=Path, help="CA store directory (local use)")
     where.add_argument("--store-secret", metavar="NAMESPACE/NAME", help="CA store Secret in KCP")
     parser.add_argument("--kcp-kubeconfig", type=Path, help="kubeconfig of the KCP cluster")
+    observability_cli.add_version(parser)
     parser.add_argument("--log-level", default="WARNING")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -77,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
     rotate.add_argument("--interval", type=duration, default=duration("5m"), help="between passes (default 5m)")
     rotate.add_argument("--lifetime", type=duration, default=duration("30d"), help="certificate lifetime (default 30d)")
     rotate.add_argument("--access", type=Path, help="module access definitions; without it only certificates rotate")
+    rotate.add_argument(
+        "--management-port",
+        type=int,
+        default=9090,
+        help="looping: serve /metrics, /healthz, /readyz here (default 9090; 0 picks a free port)",
+    )
 
     kubeconfig = commands.add_parser("kubeconfig", help="mint a module's least-privilege kubeconfig for a runtime")
     kubeconfig.add_argument("module", metavar="MODULE")
@@ -176,14 +186,28 @@ async def _execute(args: argparse.Namespace, store: stores.Store, kcp: kube.ApiC
             module_access=access.load_access(args.access) if args.access else None,
         )
         if args.once:
-            report = await rotation.rotate_once(kcp=kcp, store=store, settings=settings)
+            report = await rotation.rotate_once(
+                kcp=kcp, store=store, settings=settings, progress=lambda r: print(r.progress(), file=sys.stderr)
+            )
             print(json.dumps(dataclasses.asdict(report), indent=2))
             if report.failures:
                 raise authority.AuthorityError(f"{len(report.failures)} runtime(s) failed")
             return
-        await rotation.run(
-            kcp=kcp, store=store, settings=settings, interval=args.interval.total_seconds(), stop=aio.stop_on_signals()
-        )
+        metrics = rotation.RotationMetrics(observability_metrics.component_registry())
+        management = web.AppRunner(endpoints.management_app(metrics.registry, lambda: None), access_log=None)
+        await management.setup()
+        try:
+            await web.TCPSite(management, "0.0.0.0", args.management_port).start()
+            await rotation.run(
+                kcp=kcp,
+                store=store,
+                settings=settings,
+                interval=args.interval.total_seconds(),
+                stop=aio.stop_on_signals(),
+                metrics=metrics,
+            )
+        finally:
+            await management.cleanup()
 
 
 _NEEDS_KCP = {"kubeconfig", "rotate"}

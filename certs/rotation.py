@@ -13,8 +13,11 @@ import dataclasses
 import datetime
 import logging
 import random
+import time
+from collections.abc import Callable
 
 from cryptography import x509
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from certs import access, runtimes, stores
 from clients import kube
@@ -43,6 +46,52 @@ class Report:
     certificates: list[str] = dataclasses.field(default_factory=list)
     kubeconfigs: list[str] = dataclasses.field(default_factory=list)
     failures: dict[str, str] = dataclasses.field(default_factory=dict)
+    checked: int = 0
+    """Runtimes looked at so far in this pass."""
+    total: int = 0
+    """Runtimes in this pass."""
+
+    def progress(self) -> str:
+        return (
+            f"{self.checked}/{self.total} runtimes checked: {len(self.certificates)} certificate(s) and "
+            f"{len(self.kubeconfigs)} kubeconfig(s) renewed, {len(self.failures)} failed"
+        )
+
+
+Progress = Callable[[Report], None]
+"""Told about the pass as it goes (at most every ``_PROGRESS_SECONDS``, and at the end)."""
+_PROGRESS_SECONDS = 5.0
+
+
+class RotationMetrics:
+    """What ``kyma-certs rotate`` reports on /metrics (the rotation-failing and rotation-late alerts)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.passes = Counter(
+            "kyma_certs_rotation_passes", "Rotation passes by outcome (ok, error)", ["outcome"], registry=registry
+        )
+        self.last_success = Gauge(
+            "kyma_certs_rotation_last_success_timestamp_seconds",
+            "When a pass last finished with every runtime handled",
+            registry=registry,
+        )
+        self.runtime_failures = Counter(
+            "kyma_certs_rotation_runtime_failures", "Runtimes whose rotation failed in a pass", registry=registry
+        )
+        self.renewed = Counter(
+            "kyma_certs_renewed", "Credentials renewed, by kind (certificate, kubeconfig)", ["kind"], registry=registry
+        )
+        self.runtimes = Gauge("kyma_certs_rotation_runtimes", "Runtimes in the last pass", registry=registry)
+
+    def record(self, report: Report) -> None:
+        self.passes.labels("error" if report.failures else "ok").inc()
+        if not report.failures:
+            self.last_success.set_to_current_time()
+        self.runtime_failures.inc(len(report.failures))
+        self.renewed.labels("certificate").inc(len(report.certificates))
+        self.renewed.labels("kubeconfig").inc(len(report.kubeconfigs))
+        self.runtimes.set(report.total)
 
 
 async def _current_certificate(api: kube.ApiClient) -> tuple[x509.Certificate, bytes] | None:
@@ -114,38 +163,52 @@ async def _rotate_runtime(
             report.kubeconfigs.append(f"{module}/{runtime.name}")
 
 
-async def rotate_once(*, kcp: kube.ApiClient, store: stores.Store, settings: RotationSettings) -> Report:
+async def rotate_once(
+    *, kcp: kube.ApiClient, store: stores.Store, settings: RotationSettings, progress: Progress | None = None
+) -> Report:
     stored = await store.read()
     ca = authority.Authority.from_files(stored)
     refreshed = ca.to_files()
     if any(stored.get(name) != refreshed[name] for name in (authority.BUNDLE, authority.STATE)):
         await store.write(refreshed)  # e.g. the overlap of a CA rotation ended
-    report = Report()
-    for runtime in await runtimes.list_runtimes(kcp):
+    known = await runtimes.list_runtimes(kcp)
+    report = Report(total=len(known))
+    told = time.monotonic()
+    for runtime in known:
         try:
             await _rotate_runtime(kcp=kcp, runtime=runtime, ca=ca, settings=settings, report=report)
         except _RUNTIME_ERRORS as exc:
             log.error("rotation failed for runtime", extra={"runtime": runtime.name, "error": str(exc)})
             report.failures[runtime.name] = str(exc)
+        report.checked += 1
+        if progress is not None and time.monotonic() - told >= _PROGRESS_SECONDS:
+            progress(report)
+            told = time.monotonic()
+    if progress is not None:
+        progress(report)
     return report
 
 
+def _log_progress(report: Report) -> None:
+    log.info("rotation progress: " + report.progress(), extra={"checked": report.checked, "total": report.total})
+
+
 async def run(
-    *, kcp: kube.ApiClient, store: stores.Store, settings: RotationSettings, interval: float, stop: asyncio.Event
+    *,
+    kcp: kube.ApiClient,
+    store: stores.Store,
+    settings: RotationSettings,
+    interval: float,
+    stop: asyncio.Event,
+    metrics: RotationMetrics,
 ) -> None:
     """Rotate every ``interval`` (±10 % jitter, so many replicas never align) until ``stop``."""
     while True:
         try:
-            report = await rotate_once(kcp=kcp, store=store, settings=settings)
-            log.info(
-                "rotation pass done",
-                extra={
-                    "certificates": len(report.certificates),
-                    "kubeconfigs": len(report.kubeconfigs),
-                    "failures": len(report.failures),
-                },
-            )
+            report = await rotate_once(kcp=kcp, store=store, settings=settings, progress=_log_progress)
+            metrics.record(report)
         except (kube.KubeError, authority.AuthorityError) as exc:
             log.error("rotation pass failed", extra={"error": str(exc)})
+            metrics.passes.labels("error").inc()
         if await aio.sleep_unless(stop, interval * random.uniform(0.9, 1.1)):
             return

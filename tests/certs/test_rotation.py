@@ -38,8 +38,13 @@ async def test_rotation_delivers_then_renews_only_what_is_due(
     store = stores.DirectoryStore(tmp_path / "ca")
     await store.write(authority.Authority.create("ca").to_files())
     settings_ = rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1))
-    first = await rotation.rotate_once(kcp=kcp_api, store=store, settings=settings_)
+    told: list[str] = []
+    first = await rotation.rotate_once(
+        kcp=kcp_api, store=store, settings=settings_, progress=lambda report: told.append(report.progress())
+    )
     assert sorted(first.certificates) == sorted(registered_runtimes) and not first.failures
+    total = len(registered_runtimes)
+    assert told[-1] == f"{total}/{total} runtimes checked: {total} certificate(s) and 0 kubeconfig(s) renewed, 0 failed"
     issued = await runtime_certificate(skr_api)
     second = await rotation.rotate_once(kcp=kcp_api, store=store, settings=settings_)
     assert second.certificates == []
@@ -110,3 +115,33 @@ async def test_listener_accepts_a_renewed_certificate_and_refuses_an_expired_one
                 await asyncio.sleep(0.2)
         assert reply.status == 202
         assert (await post(bound.events_url, context(renewed), events.encode(make_event(uid="old-ca")))).status == 202
+
+
+async def test_the_rotation_loop_reports_passes_renewals_and_failures_as_metrics(
+    kcp_api: kube.ApiClient, registered_runtimes: list[str], tmp_path: Path
+) -> None:
+    """What the rotation-failing and rotation-late alerts read: passes by outcome, the last good pass, renewals."""
+    store = stores.DirectoryStore(tmp_path / "ca")
+    await store.write(authority.Authority.create("ca").to_files())
+    metrics = rotation.RotationMetrics(CollectorRegistry())
+    stop = asyncio.Event()
+    loop = asyncio.create_task(
+        rotation.run(
+            kcp=kcp_api,
+            store=store,
+            settings=rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1)),
+            interval=3600,
+            stop=stop,
+            metrics=metrics,
+        )
+    )
+    sample = metrics.registry.get_sample_value
+    while not sample("kyma_certs_rotation_passes_total", {"outcome": "ok"}):
+        assert not loop.done(), loop
+        await asyncio.sleep(0.05)
+    stop.set()
+    await loop
+    assert sample("kyma_certs_renewed_total", {"kind": "certificate"}) == len(registered_runtimes)
+    assert sample("kyma_certs_rotation_runtimes") == len(registered_runtimes)
+    assert (sample("kyma_certs_rotation_last_success_timestamp_seconds") or 0) > 0
+    assert sample("kyma_certs_rotation_runtime_failures_total") == 0
