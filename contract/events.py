@@ -149,6 +149,17 @@ class ChangeEvent(_Strict):
         return self.model_copy(update={"body": None, "reference_only": True})
 
 
+class Heartbeat(_Strict):
+    """The active watcher of a runtime saying it is alive, every ``heartbeat_seconds``."""
+
+    runtime: ids.RuntimeIdField
+    sent_at: AwareDatetime
+    queue_depth: int = Field(ge=0, description="objects pending delivery in the watcher")
+
+
+MAX_HEARTBEAT_BYTES = 4096
+
+
 def encode(event: ChangeEvent) -> bytes:
     """Serialise, refusing (never truncating) an event over MAX_EVENT_BYTES."""
     data = event.model_dump_json(exclude_none=True).encode()

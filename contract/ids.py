@@ -8,7 +8,7 @@ DNS-label rule (lowercase alphanumerics and '-', at most 63 characters): that ke
 import re
 from typing import Annotated, NewType
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, WithJsonSchema
 
 from contract.errors import InvalidNameError
 
@@ -39,5 +39,7 @@ def module_name(value: str) -> ModuleName:
     return ModuleName(check_dns_label(value, what="module name"))
 
 
-RuntimeIdField = Annotated[str, AfterValidator(runtime_id)]
-ModuleNameField = Annotated[str, AfterValidator(module_name)]
+# The JSON Schema states the rule the validator enforces, for consumers in other languages.
+_DNS_LABEL_SCHEMA = WithJsonSchema({"type": "string", "pattern": _DNS_LABEL.pattern, "minLength": 1, "maxLength": 63})
+RuntimeIdField = Annotated[str, AfterValidator(runtime_id), _DNS_LABEL_SCHEMA]
+ModuleNameField = Annotated[str, AfterValidator(module_name), _DNS_LABEL_SCHEMA]

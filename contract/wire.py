@@ -8,6 +8,9 @@ renames it for all of them; a literal copy elsewhere would silently break the lo
 
 EVENTS_PATH = "/v1/events"
 """Where watchers POST change events on the listener."""
+HEARTBEAT_PATH = "/v1/heartbeat"
+"""Where the active watcher of a runtime POSTs its heartbeat: a broken watcher is detected in KCP by
+its silence (the listener exports the last heartbeat per runtime)."""
 
 STREAM_NAME = "KYMA_EVENTS"
 """The JetStream stream capturing every event subject."""
@@ -19,6 +22,10 @@ retry is deduplicated. A repeat later than that (after a long outage, or a relis
 restart) is stored again; consumers are idempotent, so it costs a reconcile, not correctness."""
 DEAD_LETTER_STREAM_NAME = "KYMA_DEAD_LETTERS"
 """The JetStream stream keeping events no consumer could handle, for people to look at."""
+DEAD_LETTER_REASON_HEADER = "Kyma-Dead-Letter-Reason"
+ORIGINAL_SUBJECT_HEADER = "Kyma-Original-Subject"
+DELIVERIES_HEADER = "Kyma-Deliveries"
+"""Headers of a dead letter: why, where it was first published, how often it was delivered."""
 
 RECONCILER_FIELD_MANAGER = "kyma-sync-reconciler"
 """The field manager of every reconciler write; watchers drop changes made under it."""

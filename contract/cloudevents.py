@@ -1,0 +1,56 @@
+"""CloudEvents attributes of a change event, as NATS headers (the binary content mode).
+
+The NATS protocol binding of CloudEvents puts each attribute in a ``ce-<name>`` header and leaves
+the message body as it is, so consumers that know nothing of kyma-sync (a CloudEvents SDK, Knative,
+Dapr) read the metadata, and our own consumers see the same body as before.
+"""
+
+from contract import events
+
+SPEC_VERSION = "1.0"
+TYPE_PREFIX = "io.kyma-project.sync.change"
+DATA_SCHEMA = "https://kyma-project.io/schemas/kyma-sync/change-event/v1"
+"""An identifier of the body's schema (published as contract/spec/change-event.schema.json)."""
+
+
+HEADER_NAMES = (
+    "ce-specversion",
+    "ce-id",
+    "ce-source",
+    "ce-type",
+    "ce-subject",
+    "ce-time",
+    "ce-dataschema",
+    "content-type",
+)
+
+
+def event_type(event: events.ChangeEvent) -> str:
+    """``io.kyma-project.sync.change.<added|modified|deleted|resync>.v1``."""
+    return f"{TYPE_PREFIX}.{event.change_type.value.lower()}.v1"
+
+
+def source(event: events.ChangeEvent) -> str:
+    """The runtime the change happened in, as a URI reference."""
+    return f"/runtimes/{event.runtime}"
+
+
+def subject(event: events.ChangeEvent) -> str:
+    """The object, ``<group|core>/<version>/<resource>/[<namespace>/]<name>``."""
+    target = event.target
+    parts = [target.group or "core", target.version, target.resource, target.namespace, target.name]
+    return "/".join(part for part in parts if part)
+
+
+def headers(event: events.ChangeEvent) -> dict[str, str]:
+    values = (
+        SPEC_VERSION,
+        event.id,
+        source(event),
+        event_type(event),
+        subject(event),
+        event.observed_at.isoformat(),
+        DATA_SCHEMA,
+        "application/json",
+    )
+    return dict(zip(HEADER_NAMES, values, strict=True))
