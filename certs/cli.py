@@ -65,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
         help="write the watcher's Secret into the runtime (master kubeconfig from KCP)",
     )
 
+    _add_identity(issue)
+
     server = commands.add_parser("issue-server", help="issue the listener's serving certificate")
     server.add_argument("hosts", nargs="+", metavar="HOST", help="DNS names and IPs it answers to")
     server.add_argument("--lifetime", type=duration, default=duration("90d"), help="default 90d")
@@ -81,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     rotate.add_argument("--interval", type=duration, default=duration("5m"), help="between passes (default 5m)")
     rotate.add_argument("--lifetime", type=duration, default=duration("30d"), help="certificate lifetime (default 30d)")
     rotate.add_argument("--access", type=Path, help="module access definitions; without it only certificates rotate")
+    _add_identity(rotate)
     rotate.add_argument(
         "--management-port",
         type=int,
@@ -95,6 +98,17 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("show", help="describe the CA store (no secrets printed)")
     return parser
+
+
+def _add_identity(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--identity",
+        type=runtimes.Identity,
+        choices=list(runtimes.Identity),
+        default=runtimes.Identity.KYMA_NAME,
+        help="the certificate's CN: the runtime's Kyma name (default), or the kyma-project.io/runtime-id label of its "
+        "master kubeconfig Secret, as upstream lifecycle-manager issues them (the listener then maps it back)",
+    )
 
 
 class UsageError(Exception):
@@ -149,10 +163,13 @@ async def _execute(args: argparse.Namespace, store: stores.Store, kcp: kube.ApiC
     elif args.command == "issue":
         assert kcp is not None
         runtime = await runtimes.get_runtime(kcp, args.runtime)
+        identity = runtime.certificate_identity(args.identity)
         async with await kube.api_client(runtime.kubeconfig) as runtime_api:
-            pair = await rotation.deliver_certificate(runtime_api, ca, args.runtime, lifetime=args.lifetime)
+            pair = await rotation.deliver_certificate(
+                runtime_api, ca, identity, runtime=runtime.name, lifetime=args.lifetime
+            )
         print(
-            f"issued {args.runtime} into Secret {rotation.RUNTIME_SECRET_NAMESPACE}/{rotation.RUNTIME_SECRET_NAME} of the runtime (until {pair.not_after:%Y-%m-%d %H:%M}Z)"
+            f"issued {identity} into Secret {rotation.RUNTIME_SECRET_NAMESPACE}/{rotation.RUNTIME_SECRET_NAME} of the runtime (until {pair.not_after:%Y-%m-%d %H:%M}Z)"
         )
     elif args.command == "issue-server":
         pair = ca.issue_server(args.hosts, lifetime=args.lifetime)
@@ -183,6 +200,7 @@ async def _execute(args: argparse.Namespace, store: stores.Store, kcp: kube.ApiC
         assert kcp is not None
         settings = rotation.RotationSettings(
             certificate_lifetime=args.lifetime,
+            identity=args.identity,
             module_access=access.load_access(args.access) if args.access else None,
         )
         if args.once:

@@ -24,6 +24,7 @@ from clients import kube
 from contract import wire
 from kit import aio
 from pki import authority, pki
+from pki import identity as pki_identity
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ class RotationSettings:
     certificate_lifetime: datetime.timedelta = pki.DEFAULT_CERT_LIFETIME
     renew_fraction: float = 2 / 3
     module_access: access.AccessConfig | None = None
+    identity: runtimes.Identity = runtimes.Identity.KYMA_NAME
+    """What the certificate's CN is: the Kyma name, or the runtime id (as upstream lifecycle-manager issues them)."""
 
 
 @dataclasses.dataclass
@@ -107,13 +110,14 @@ async def _current_certificate(api: kube.ApiClient) -> tuple[x509.Certificate, b
 async def deliver_certificate(
     runtime_api: kube.ApiClient,
     ca: authority.Authority,
-    runtime: str,
+    identity: str,
     *,
+    runtime: str,
     lifetime: datetime.timedelta,
 ) -> pki.KeyPair:
-    """Issue a client certificate for ``runtime`` and write it into the runtime's watcher Secret."""
+    """Issue a client certificate with CN ``identity`` and write it into ``runtime``'s watcher Secret."""
     await kube.ensure_namespace(runtime_api, RUNTIME_SECRET_NAMESPACE)
-    pair = ca.issue_runtime(runtime, lifetime=lifetime)
+    pair = ca.issue_runtime(identity, lifetime=lifetime)
     await stores.write_secret(
         runtime_api,
         namespace=RUNTIME_SECRET_NAMESPACE,
@@ -125,12 +129,20 @@ async def deliver_certificate(
     return pair
 
 
-async def certificate_due(runtime_api: kube.ApiClient, ca: authority.Authority, *, fraction: float) -> str | None:
+async def certificate_due(
+    runtime_api: kube.ApiClient, ca: authority.Authority, *, fraction: float, identity: str
+) -> str | None:
     """Why the runtime's certificate needs renewing, or None if it is fine."""
     current = await _current_certificate(runtime_api)
     if current is None:
         return "missing"
     certificate, bundle = current
+    try:
+        issued_to = pki_identity.runtime_of(certificate)
+    except pki_identity.NotARuntimeCertificateError:
+        issued_to = None
+    if issued_to != identity:
+        return f"issued to {issued_to!r}, the identity is now {identity!r}"
     if not ca.is_current_issuer(certificate):
         return "issued by a CA that is no longer current"
     if bundle != ca.trust_bundle():
@@ -148,10 +160,13 @@ async def _rotate_runtime(
     settings: RotationSettings,
     report: Report,
 ) -> None:
+    identity = runtime.certificate_identity(settings.identity)
     async with await kube.api_client(runtime.kubeconfig) as runtime_api:
-        reason = await certificate_due(runtime_api, ca, fraction=settings.renew_fraction)
+        reason = await certificate_due(runtime_api, ca, fraction=settings.renew_fraction, identity=identity)
         if reason is not None:
-            await deliver_certificate(runtime_api, ca, runtime.name, lifetime=settings.certificate_lifetime)
+            await deliver_certificate(
+                runtime_api, ca, identity, runtime=runtime.name, lifetime=settings.certificate_lifetime
+            )
             log.info("renewed runtime certificate", extra={"runtime": runtime.name, "reason": reason})
             report.certificates.append(runtime.name)
     if settings.module_access is None:
@@ -172,9 +187,13 @@ async def rotate_once(
     if any(stored.get(name) != refreshed[name] for name in (authority.BUNDLE, authority.STATE)):
         await store.write(refreshed)  # e.g. the overlap of a CA rotation ended
     known = await runtimes.list_runtimes(kcp)
-    report = Report(total=len(known))
+    report = Report(total=len(known.runtimes) + len(known.unusable))
+    for name, why in known.unusable.items():
+        log.error("rotation failed for runtime", extra={"runtime": name, "error": why})
+        report.failures[name] = why
+        report.checked += 1
     told = time.monotonic()
-    for runtime in known:
+    for runtime in known.runtimes:
         try:
             await _rotate_runtime(kcp=kcp, runtime=runtime, ca=ca, settings=settings, report=report)
         except _RUNTIME_ERRORS as exc:

@@ -56,12 +56,17 @@ SOURCE_SECRET_LABEL = "sync.kyma-project.io/source"
 """On a KCP Secret: it may be referenced by SyncResource items (secretRef) of its namespace; opt-in."""
 SOURCE_SECRET_SELECTOR = f"{SOURCE_SECRET_LABEL}=true"
 KYMA_NAME_LABEL = "operator.kyma-project.io/kyma-name"
-"""On a single-runtime SyncResource: its runtime (Kyma name), so module managers can list by runtime."""
+"""The runtime (Kyma name) an object is about: on a runtime's master kubeconfig Secret in KCP (how the
+Kyma control plane finds it), and on a single-runtime SyncResource (so module managers can list by runtime)."""
+RUNTIME_ID_LABEL = "kyma-project.io/runtime-id"
+"""The runtime id the Kyma control plane gives a runtime (on its Kyma CR and master kubeconfig Secret);
+upstream lifecycle-manager issues runtime certificates with it as the identity."""
 MODULE_LABEL = "kyma-project.io/module"
 KUBECONFIG_KEY = "config"
 
 
 def master_kubeconfig_secret(runtime: str) -> str:
+    """How our local landscapes name a master kubeconfig Secret (KCP finds it by its label, not its name)."""
     return f"kubeconfig-{runtime}"
 
 

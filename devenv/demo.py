@@ -100,7 +100,7 @@ async def _prepare(running: landscape_mod.Landscape, kcp: kube.ApiClient, say: T
             namespace=wire.KCP_NAMESPACE,
             name=wire.master_kubeconfig_secret(name),
             data={wire.KUBECONFIG_KEY: kubeconfigs.dump(cluster.admin_kubeconfig()).encode()},
-            labels={wire.RUNTIME_LABEL: name},
+            labels={wire.KYMA_NAME_LABEL: name},
         )
         await kube.request(
             kcp,

@@ -9,6 +9,11 @@ from devenv import landscape as landscape_mod
 from pki import kubeconfigs
 
 
+def runtime_id_of(runtime: str) -> str:
+    """The runtime id KCP's provisioning gave a test runtime (distinct from its Kyma name, to tell them apart)."""
+    return f"id-{runtime}"
+
+
 @pytest.fixture
 async def registered_runtimes(landscape: landscape_mod.Landscape, kcp_api: kube.ApiClient) -> list[str]:
     """Every landscape runtime registered in KCP with its master (admin) kubeconfig."""
@@ -19,6 +24,6 @@ async def registered_runtimes(landscape: landscape_mod.Landscape, kcp_api: kube.
             namespace=wire.KCP_NAMESPACE,
             name=wire.master_kubeconfig_secret(name),
             data={wire.KUBECONFIG_KEY: kubeconfigs.dump(cluster.admin_kubeconfig()).encode()},
-            labels={wire.RUNTIME_LABEL: name},
+            labels={wire.KYMA_NAME_LABEL: name, wire.RUNTIME_ID_LABEL: runtime_id_of(name)},
         )
     return list(landscape.runtimes)

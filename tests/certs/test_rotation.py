@@ -2,22 +2,27 @@
 
 import asyncio
 import base64
+import dataclasses
 import datetime
 import ssl
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
-from certs import rotation, stores
+from certs import rotation, runtimes, stores
 from clients import kube
-from contract import events
+from contract import events, wire
 from devenv import landscape as landscape_mod
+from devenv import net
 from listener import server, settings
-from pki import authority, pki
+from pki import authority, identity, kubeconfigs, pki
 
 from ..listener.conftest import make_event, post, wait_ready
+from ..waiting import eventually
+from .conftest import runtime_id_of
 
 pytestmark = pytest.mark.integration
 
@@ -145,3 +150,96 @@ async def test_the_rotation_loop_reports_passes_renewals_and_failures_as_metrics
     assert sample("kyma_certs_rotation_runtimes") == len(registered_runtimes)
     assert (sample("kyma_certs_rotation_last_success_timestamp_seconds") or 0) > 0
     assert sample("kyma_certs_rotation_runtime_failures_total") == 0
+
+
+async def _master_secret(kcp: kube.ApiClient, *, name: str, runtime: str, kubeconfig: dict[str, Any]) -> None:
+    """A master kubeconfig Secret as infrastructure-manager keeps it: any name, found by its kyma-name label."""
+    await stores.write_secret(
+        kcp,
+        namespace=wire.KCP_NAMESPACE,
+        name=name,
+        data={wire.KUBECONFIG_KEY: kubeconfigs.dump(kubeconfig).encode()},
+        labels={wire.KYMA_NAME_LABEL: runtime, wire.RUNTIME_ID_LABEL: runtime_id_of(runtime)},
+    )
+
+
+async def test_a_master_kubeconfig_rotated_by_another_component_is_used_without_a_restart(
+    landscape: landscape_mod.Landscape, kcp_api: kube.ApiClient, registered_runtimes: list[str], tmp_path: Path
+) -> None:
+    """Seed 002: the Secret is rewritten by someone else; the running loop fails on the old one, then uses the new."""
+    store = stores.DirectoryStore(tmp_path / "ca")
+    await store.write(authority.Authority.create("ca").to_files())
+    stale = kubeconfigs.build(
+        cluster="gone",
+        server=f"https://127.0.0.1:{net.free_port()}",
+        ca_pem=pki.create_ca("gone").cert_pem,
+        user="x",
+        token="revoked",
+    )
+    secret = "kubeconfig-7f3c-runtime-id"  # not kubeconfig-<kyma name>: the label finds it
+    await _master_secret(kcp_api, name=secret, runtime="skr-rotated", kubeconfig=stale)
+    metrics = rotation.RotationMetrics(CollectorRegistry())
+    sample = metrics.registry.get_sample_value
+    stop = asyncio.Event()
+    loop = asyncio.create_task(
+        rotation.run(
+            kcp=kcp_api,
+            store=store,
+            settings=rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1)),
+            interval=0.2,
+            stop=stop,
+            metrics=metrics,
+        )
+    )
+    try:
+        await eventually(lambda: bool(sample("kyma_certs_rotation_passes_total", {"outcome": "error"})), what="failing")
+        assert not sample("kyma_certs_rotation_passes_total", {"outcome": "ok"})
+        fresh = next(iter(landscape.runtimes.values())).admin_kubeconfig()
+        await _master_secret(kcp_api, name=secret, runtime="skr-rotated", kubeconfig=fresh)
+        await eventually(lambda: bool(sample("kyma_certs_rotation_passes_total", {"outcome": "ok"})), what="recovered")
+    finally:
+        stop.set()
+        await loop
+        await kube.request(kcp_api, "DELETE", kube.SECRETS.object_path(wire.KCP_NAMESPACE, secret))
+    assert loop.done() and (sample("kyma_certs_rotation_last_success_timestamp_seconds") or 0) > 0
+
+
+async def test_the_runtime_id_can_be_the_certificate_identity_and_switching_to_it_renews(
+    kcp_api: kube.ApiClient, skr_api: kube.ApiClient, registered_runtimes: list[str], tmp_path: Path
+) -> None:
+    """Upstream lifecycle-manager's identity (kyma-project.io/runtime-id) or ours (the Kyma name), per installation."""
+    store = stores.DirectoryStore(tmp_path / "ca")
+    await store.write(authority.Authority.create("ca").to_files())
+    by_name = rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1))
+    await rotation.rotate_once(kcp=kcp_api, store=store, settings=by_name)
+    skr = identity.runtime_of((await runtime_certificate(skr_api)).certificate)
+    assert skr in registered_runtimes
+    by_id = dataclasses.replace(by_name, identity=runtimes.Identity.RUNTIME_ID)
+    switched = await rotation.rotate_once(kcp=kcp_api, store=store, settings=by_id)
+    assert sorted(switched.certificates) == sorted(registered_runtimes), "a changed identity renews every certificate"
+    assert identity.runtime_of((await runtime_certificate(skr_api)).certificate) == runtime_id_of(skr)
+    again = await rotation.rotate_once(kcp=kcp_api, store=store, settings=by_id)
+    assert again.certificates == [] and not again.failures
+
+
+async def test_two_master_secrets_for_one_runtime_fail_that_runtime_only(
+    landscape: landscape_mod.Landscape, kcp_api: kube.ApiClient, registered_runtimes: list[str], tmp_path: Path
+) -> None:
+    """Which of two kubeconfigs is the runtime's is not ours to guess: that runtime fails, the others rotate."""
+    store = stores.DirectoryStore(tmp_path / "ca")
+    await store.write(authority.Authority.create("ca").to_files())
+    kubeconfig = next(iter(landscape.runtimes.values())).admin_kubeconfig()
+    twins = ["kubeconfig-twin-a", "kubeconfig-twin-b"]
+    for name in twins:
+        await _master_secret(kcp_api, name=name, runtime="skr-twin", kubeconfig=kubeconfig)
+    try:
+        report = await rotation.rotate_once(
+            kcp=kcp_api,
+            store=store,
+            settings=rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1)),
+        )
+    finally:
+        for name in twins:
+            await kube.request(kcp_api, "DELETE", kube.SECRETS.object_path(wire.KCP_NAMESPACE, name))
+    assert list(report.failures) == ["skr-twin"] and "2 master kubeconfig Secrets" in report.failures["skr-twin"]
+    assert sorted(report.certificates) == sorted(registered_runtimes)
