@@ -6,6 +6,7 @@ Rejected                      (status, reason, outcome label for metrics)
  ├── PayloadTooLarge  413
  ├── BadRequest       400     malformed or schema-invalid JSON
  ├── UnsupportedMedia 415
+ ├── UnknownComponent 404     an upstream runtime-watcher component not in upstream_components
  ├── UnknownModule    422
  ├── ModuleNotAllowed 422     a module this runtime may not report (refused for good: retrying cannot help)
  ├── RateLimited      429     with Retry-After
@@ -62,3 +63,9 @@ class Unavailable(Rejected):
 
 class StreamFull(Unavailable):
     outcome = "stream_full"
+
+
+class UnknownComponent(Rejected):
+    """An upstream runtime-watcher component (POST /v2/<component>/event) that upstream_components does not map."""
+
+    status, outcome = 404, "unknown_component"

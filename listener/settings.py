@@ -2,15 +2,16 @@
 
 import ipaddress
 from pathlib import Path
-from typing import Self
+from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from clients import bus
 from contract import ids, wire
 from kit import files
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+UpstreamComponentField = Annotated[str, AfterValidator(lambda v: ids.check_dns_label(v, what="upstream component"))]
 
 
 class _Section(BaseModel):
@@ -74,6 +75,21 @@ class NatsSettings(_Section):
     )
 
 
+class IdentitySettings(_Section):
+    """What a runtime certificate's CN is."""
+
+    source: Literal["kyma-name", "runtime-id"] = Field(
+        default="kyma-name",
+        description="kyma-name: the CN is the runtime's Kyma name (kyma-certs' default); runtime-id: the CN is the "
+        "kyma-project.io/runtime-id label of its Kyma CR (upstream lifecycle-manager's, kyma-certs --identity "
+        "runtime-id), mapped to the Kyma name from a cache of KCP's Kyma CRs",
+    )
+    kcp_kubeconfig: Path | None = Field(
+        default=None, description="runtime-id: kubeconfig to read Kyma CRs with (default: in-cluster service account)"
+    )
+    kyma_namespace: str = Field(default=wire.KCP_NAMESPACE, description="runtime-id: where the Kyma CRs are")
+
+
 class ListenerSettings(_Section):
     host: str = "0.0.0.0"
     port: int = Field(default=8443, ge=0, le=65535, description="event port (mTLS); 0 picks a free one")
@@ -97,6 +113,21 @@ class ListenerSettings(_Section):
     rate_limit: RateLimitSettings = RateLimitSettings()
     nats: NatsSettings
     shutdown_grace_seconds: float = Field(default=10, ge=0, description="drain time on SIGTERM")
+    identity: IdentitySettings = IdentitySettings()
+    upstream_components: dict[UpstreamComponentField, ids.ModuleNameField] = Field(
+        default_factory=dict,
+        description="for runtimes still running Kyma's upstream runtime-watcher: its <component> in "
+        "POST /v2/<component>/event (a Watcher CR's manager, lifecycle-manager for KLM's) -> the module its "
+        "events go to; empty (the default): every component is refused with 404, so the upstream endpoint is "
+        "opened only for a migration",
+    )
+
+    @model_validator(mode="after")
+    def _upstream_modules_known(self) -> Self:
+        unknown = sorted(set(self.upstream_components.values()) - set(self.modules))
+        if unknown:
+            raise ValueError(f"upstream_components name modules not in modules: {unknown}")
+        return self
 
     @model_validator(mode="after")
     def _tls_or_proxy(self) -> Self:
