@@ -149,6 +149,8 @@ NAMESPACES = Gvr("", "v1", "namespaces")
 SECRETS = Gvr("", "v1", "secrets")
 CONFIGMAPS = Gvr("", "v1", "configmaps")
 EVENTS = Gvr("", "v1", "events")
+KYMAS = Gvr("operator.kyma-project.io", "v1beta2", "kymas")
+"""lifecycle-manager's Kyma CRs: the runtimes KCP knows (read by the reconcilers and, mapping runtime ids, the listener)."""
 
 _DEFAULT_CONNECTIONS = 100
 

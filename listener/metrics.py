@@ -25,3 +25,12 @@ class ListenerMetrics:
             registry=registry,
         )
         self.in_flight = Gauge("kyma_listener_in_flight_requests", "Requests being handled", registry=registry)
+        self.heartbeats = Counter(
+            "kyma_listener_heartbeats", "Watcher heartbeat requests by outcome", ["outcome"], registry=registry
+        )
+        self.heartbeat = Gauge(
+            "kyma_listener_runtime_heartbeat_timestamp_seconds",
+            "When the runtime's active watcher last said it is alive (max over listener replicas)",
+            ["runtime"],
+            registry=registry,
+        )

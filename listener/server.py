@@ -11,8 +11,10 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from clients import informer, kube
+from contract import wire
 from kit import aio
-from listener import app, metrics, publisher, ratelimit, settings, trust
+from listener import app, identities, metrics, publisher, ratelimit, settings, trust
 from observability import endpoints
 from observability import metrics as observability_metrics
 
@@ -95,8 +97,38 @@ async def serving(
     config: settings.ListenerSettings, *, registry: CollectorRegistry | None = None
 ) -> AsyncIterator[Bound]:
     """Run the listener for the duration of the ``async with``; on exit drain and stop."""
+    async with contextlib.AsyncExitStack() as stack:
+        mapping = await stack.enter_async_context(_identities(config.identity))
+        yield await stack.enter_async_context(_serving(config, mapping, registry=registry))
+
+
+@contextlib.asynccontextmanager
+async def _identities(config: settings.IdentitySettings) -> AsyncIterator[identities.Identities]:
+    """The certificate-identity mapping; in runtime-id mode with its Kyma cache running."""
+    if config.source == "kyma-name":
+        yield identities.ByKymaName()
+        return
+    async with await kube.client_from(config.kcp_kubeconfig) as kcp:
+        kymas = informer.Informer(
+            kcp, kube.KYMAS, namespace=config.kyma_namespace, label_selector=wire.RUNTIME_ID_LABEL
+        )
+        mapping = identities.ByRuntimeId(kymas)
+        stop = asyncio.Event()
+        following = asyncio.create_task(kymas.run(stop=stop), name="listener-kymas")
+        try:
+            yield mapping
+        finally:
+            stop.set()
+            await following
+
+
+@contextlib.asynccontextmanager
+async def _serving(
+    config: settings.ListenerSettings, mapping: identities.Identities, *, registry: CollectorRegistry | None
+) -> AsyncIterator[Bound]:
     ssl_context = _server_ssl_context(config.tls, config.trust) if config.tls else None
     state = app.ListenerState(
+        identities=mapping,
         settings=config,
         trust=trust.CachedTrust(_load_trust(config.trust)),
         limiter=ratelimit.RateLimiter(rate=config.rate_limit.events_per_second, burst=config.rate_limit.burst),

@@ -16,7 +16,7 @@ SYNC_BINDING = kube.Gvr(GROUP, "v1alpha1", "syncbindings")
 SYNC_RECORD = kube.Gvr(GROUP, "v1alpha1", "syncrecords")
 SYNC_RECORD_SHARDS = 64
 """How many SyncRecords a SyncResource's records are spread over (``reconciler.records``)."""
-KYMA = kube.Gvr(GROUP, "v1beta2", "kymas")
+KYMA = kube.KYMAS
 MODULE_TEMPLATE = kube.Gvr(GROUP, "v1beta2", "moduletemplates")
 VPC_PEERING = kube.Gvr("cloud-resources.kyma-project.io", "v1beta1", "vpcpeerings")
 

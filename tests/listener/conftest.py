@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
-from contract import events, ids
+from contract import events, ids, wire
 from devenv import landscape as landscape_mod
 from devenv import nats as nats_mod
 from listener import server, settings
@@ -135,11 +135,12 @@ async def post(
     data: bytes | Any,
     *,
     headers: dict[str, str] | None = None,
+    path: str = wire.EVENTS_PATH,
 ) -> Reply:
     async with (
         aiohttp.ClientSession() as session,
         session.post(
-            f"{url}/v1/events",
+            f"{url}{path}",
             data=data,
             ssl=context if context is not None else False,
             headers={"Content-Type": "application/json", **(headers or {})},

@@ -5,7 +5,9 @@ import datetime
 import hashlib
 import ssl
 import urllib.parse
+import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import nats
@@ -17,12 +19,13 @@ from nats.aio.client import Client as Nats
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from clients import bus
-from contract import events
+from clients import bus, kube
+from contract import cloudevents, events, ids, wire
 from devenv import landscape as landscape_mod
 from devenv import nats as nats_mod
 from listener import server
-from pki import pki
+from pki import kubeconfigs, pki
+from reconciler import crds
 
 from ..conftest import ARCHIVE, connect_raw
 from .conftest import ConfigFactory, Pki, make_event, post, wait_ready
@@ -422,3 +425,98 @@ async def test_a_runtime_may_report_only_its_modules(
         )
     assert allowed.status == 202
     assert injected.status == 422 and "may not report" in injected.body["error"]
+
+
+async def test_every_message_carries_cloudevents_attributes_and_the_body_unchanged(
+    listener: server.Bound, runtime_pki: Pki, nats_client: Nats
+) -> None:
+    """A CloudEvents consumer reads ce-* headers (binary mode); our consumers read the same body as posted."""
+    event = make_event(uid="cloudevent")
+    body = events.encode(event)
+    reply = await post(listener.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")), body)
+    assert reply.status == 202
+    consumer = await nats_client.jetstream().pull_subscribe(event.subject, stream=STREAM)
+    try:
+        messages = await consumer.fetch(256, timeout=1)
+    finally:
+        await consumer.unsubscribe()
+    [message] = [m for m in messages if (m.headers or {}).get(bus.MSG_ID_HEADER) == event.id]
+    assert message.data == body
+    assert message.headers is not None
+    assert {k: v for k, v in message.headers.items() if k in cloudevents.HEADER_NAMES} == cloudevents.headers(event)
+    assert message.headers["ce-source"] == "/runtimes/skr-1" and message.headers["ce-id"] == event.id
+
+
+async def _metrics_text(bound: server.Bound) -> str:
+    async with aiohttp.ClientSession() as session, session.get(f"{bound.management_url}/metrics") as response:
+        return await response.text()
+
+
+async def test_a_heartbeat_marks_the_runtime_alive_and_only_its_own(listener: server.Bound, runtime_pki: Pki) -> None:
+    """What the watcher-silent alert reads: the last heartbeat per runtime, claimed by the runtime's own certificate."""
+    context = runtime_pki.client_context(runtime_pki.runtime_cert("skr-1"))
+
+    def beat(runtime: str) -> bytes:
+        return (
+            events.Heartbeat(runtime=ids.RuntimeId(runtime), sent_at=datetime.datetime.now(datetime.UTC), queue_depth=0)
+            .model_dump_json()
+            .encode()
+        )
+
+    before = datetime.datetime.now(datetime.UTC).timestamp()
+    accepted = await post(listener.events_url, context, beat("skr-1"), path=wire.HEARTBEAT_PATH)
+    forged = await post(listener.events_url, context, beat("skr-2"), path=wire.HEARTBEAT_PATH)
+    garbage = await post(listener.events_url, context, b'{"runtime": "skr-1"}', path=wire.HEARTBEAT_PATH)
+    assert (accepted.status, forged.status, garbage.status) == (204, 403, 400)
+    assert "skr-2" in forged.body["error"] and "heartbeat" in garbage.body["error"]
+    samples = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in (await _metrics_text(listener)).splitlines()
+        if line.startswith("kyma_listener_runtime_heartbeat_timestamp_seconds{")
+    }
+    assert list(samples) == ['kyma_listener_runtime_heartbeat_timestamp_seconds{runtime="skr-1"}']
+    assert samples['kyma_listener_runtime_heartbeat_timestamp_seconds{runtime="skr-1"}'] >= before - 1
+    text = await _metrics_text(listener)
+    assert 'kyma_listener_heartbeats_total{outcome="accepted"} 1.0' in text
+    assert 'kyma_listener_requests_total{outcome="accepted"}' not in text, "heartbeats are not counted as events"
+
+
+async def test_with_runtime_id_identities_the_certificate_names_a_kyma_by_its_label(
+    landscape: landscape_mod.Landscape,
+    listener_config: ConfigFactory,
+    runtime_pki: Pki,
+    kcp_api: kube.ApiClient,
+    tmp_path: Path,
+) -> None:
+    """Upstream's identity: CN = kyma-project.io/runtime-id; the events still name the runtime by its Kyma name."""
+    kubeconfig = tmp_path / "kcp.yaml"
+    kubeconfig.write_text(kubeconfigs.dump(landscape.kcp.admin_kubeconfig()))
+    await kube.ensure_namespace(kcp_api, wire.KCP_NAMESPACE)
+    await crds.install(kcp_api, [crds.kyma_crd()])
+    kyma = f"kyma-{uuid.uuid4().hex[:6]}"
+    runtime_id = str(uuid.uuid4())
+    await kube.request(
+        kcp_api,
+        "POST",
+        kube.KYMAS.path(wire.KCP_NAMESPACE),
+        body={
+            "apiVersion": kube.KYMAS.api_version,
+            "kind": "Kyma",
+            "metadata": {"name": kyma, "labels": {wire.RUNTIME_ID_LABEL: runtime_id}},
+            "spec": {"channel": "regular"},
+        },
+    )
+    config = listener_config(landscape.nats, identity={"source": "runtime-id", "kcp_kubeconfig": str(kubeconfig)})
+    try:
+        async with server.serving(config, registry=CollectorRegistry()) as bound:
+            await wait_ready(bound)
+            by_id = runtime_pki.client_context(runtime_pki.runtime_cert(runtime_id))
+            named = await post(bound.events_url, by_id, events.encode(make_event(kyma, uid="by-id")))
+            as_the_id = await post(bound.events_url, by_id, events.encode(make_event(runtime_id[:8], uid="raw")))
+            unknown = runtime_pki.client_context(runtime_pki.runtime_cert(str(uuid.uuid4())))
+            stranger = await post(bound.events_url, unknown, events.encode(make_event(kyma, uid="stranger")))
+    finally:
+        await kube.request(kcp_api, "DELETE", kube.KYMAS.object_path(wire.KCP_NAMESPACE, kyma))
+    assert named.status == 202, named.body
+    assert as_the_id.status == 403 and kyma in as_the_id.body["error"]
+    assert stranger.status == 403 and wire.RUNTIME_ID_LABEL in stranger.body["error"]
