@@ -59,6 +59,9 @@ class DeliverySettings(_Section):
     request_timeout_seconds: float = Field(default=10, gt=0)
     backoff_initial_seconds: float = Field(default=0.2, gt=0)
     backoff_max_seconds: float = Field(default=30, gt=0)
+    heartbeat_seconds: float = Field(
+        default=60, ge=1, description="how often the active watcher tells the listener it is alive"
+    )
 
     @model_validator(mode="after")
     def _retries_deduplicated(self) -> Self:

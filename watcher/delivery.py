@@ -62,6 +62,7 @@ class ClientTls:
 class Delivery:
     def __init__(self, settings: config.WatcherConfig, watcher_metrics: metrics.WatcherMetrics) -> None:
         self._endpoints = [f"{e.url.rstrip('/')}{wire.EVENTS_PATH}" for e in settings.listeners]
+        self._heartbeat_endpoints = [f"{e.url.rstrip('/')}{wire.HEARTBEAT_PATH}" for e in settings.listeners]
         self._active = 0
         self._settings = settings.delivery
         self._tls = ClientTls(settings.tls)
@@ -141,6 +142,25 @@ class Delivery:
         if status >= 500 and status != 503:
             self._fail_over()
         return float(retry_after) if retry_after.isdigit() else 0.0
+
+    async def heartbeat(self, heartbeat: events.Heartbeat) -> bool:
+        """One heartbeat, not retried (the next one follows); True if the listener took it."""
+        url = self._heartbeat_endpoints[self._active]
+        try:
+            session = await self._current_session()
+            async with session.post(
+                url, data=heartbeat.model_dump_json(), headers={"Content-Type": "application/json"}
+            ) as response:
+                status = response.status
+                reason = (await response.text())[:500]
+        except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
+            log.warning("heartbeat not delivered", extra={"url": url, "error": repr(exc)})
+            self._fail_over()
+            return False
+        if status != 204:
+            log.warning("heartbeat refused", extra={"url": url, "status": status, "reason": reason})
+            return False
+        return True
 
     def _fail_over(self) -> None:
         self._active = (self._active + 1) % len(self._endpoints)

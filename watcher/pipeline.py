@@ -3,9 +3,10 @@
 import asyncio
 import functools
 import logging
+from datetime import UTC, datetime
 
 from clients import kube
-from contract import ids
+from contract import events, ids
 from kit import aio
 from watcher import checkpoint, config, delivery, metrics, noise, source
 from watcher import queue as queue_mod
@@ -45,6 +46,18 @@ async def _send(
         finally:
             await queue.done(item)
             watcher_metrics.queue_depth.set(queue.depth)
+
+
+async def _heartbeat(
+    *, sender: delivery.Delivery, runtime: str, queue: queue_mod.CoalescingQueue, every: float, stop: asyncio.Event
+) -> None:
+    """While leading: one heartbeat now, then every ``every`` seconds (a silent runtime alerts in KCP)."""
+    while not stop.is_set():
+        await sender.heartbeat(
+            events.Heartbeat(runtime=ids.RuntimeId(runtime), sent_at=datetime.now(UTC), queue_depth=queue.depth)
+        )
+        if await aio.sleep_unless(stop, every):
+            return
 
 
 async def _keep_checkpoint(
@@ -96,6 +109,15 @@ async def run(
     try:
         async with asyncio.TaskGroup() as group:
             group.create_task(_keep_checkpoint(store, state, interval=settings.checkpoint.interval_seconds, stop=stop))
+            group.create_task(
+                _heartbeat(
+                    sender=sender,
+                    runtime=settings.runtime,
+                    queue=queue,
+                    every=settings.delivery.heartbeat_seconds,
+                    stop=stop,
+                )
+            )
             for s in sources:
                 group.create_task(s.run(stop=stop))
             for _ in range(settings.delivery.senders):

@@ -15,7 +15,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from clients import kube
-from contract import events
+from contract import events, wire
 from devenv import landscape as landscape_mod
 from devenv import net
 from pki import pki
@@ -31,6 +31,7 @@ class RecordingListener:
 
     url: str = ""
     received: list[events.ChangeEvent] = dataclasses.field(default_factory=list)
+    heartbeats: list[events.Heartbeat] = dataclasses.field(default_factory=list)
     available: bool = True
     refused_while_down: int = 0
 
@@ -40,6 +41,10 @@ class RecordingListener:
             return web.json_response({"error": "down"}, status=503, headers={"Retry-After": "1"})
         self.received.append(events.decode(await request.read()))
         return web.json_response({"ok": True}, status=202)
+
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        self.heartbeats.append(events.Heartbeat.model_validate_json(await request.read()))
+        return web.Response(status=204)
 
     def of(self, name: str) -> list[tuple[str, str]]:
         return [(e.change_type.value, e.resource_version) for e in self.received if e.target.name == name]
@@ -178,7 +183,8 @@ async def recording_listener(tmp_path: Path) -> AsyncIterator[tuple[RecordingLis
     context.load_verify_locations(tmp_path / "runtime-ca.crt")
     recorder = RecordingListener()
     app = web.Application()
-    app.router.add_post("/v1/events", recorder.handle)
+    app.router.add_post(wire.EVENTS_PATH, recorder.handle)
+    app.router.add_post(wire.HEARTBEAT_PATH, recorder.heartbeat)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     port = net.free_port()

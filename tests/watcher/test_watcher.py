@@ -167,3 +167,16 @@ async def test_paused_module_reports_nothing_until_unpaused_then_catches_up(
         runtime.write_config(runtime.config())
         await runtime.listener.wait_for(lambda: len(runtime.listener.of("while-paused")) == 1)
     assert runtime.listener.of("while-paused") == [("RESYNC", resource_version(created))]
+
+
+async def test_the_active_watcher_heartbeats_while_it_leads(runtime: Runtime, start_agent: Callable[..., Any]) -> None:
+    """KCP tells a broken watcher by its silence: the leader says it is alive every heartbeat_seconds, and stops when stopped."""
+    document = runtime.config()
+    document["delivery"] = {**document["delivery"], "heartbeat_seconds": 1}
+    async with start_agent(runtime.write_config(document)) as running:
+        await runtime.listener.wait_for(lambda: len(runtime.listener.heartbeats) >= 2, timeout=10)
+        await running.shutdown()
+    after_stop = len(runtime.listener.heartbeats)
+    await asyncio.sleep(1.5)
+    assert len(runtime.listener.heartbeats) == after_stop
+    assert {beat.runtime for beat in runtime.listener.heartbeats} == {"skr-1"}
