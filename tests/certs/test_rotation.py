@@ -2,9 +2,11 @@
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import datetime
 import ssl
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -128,28 +130,37 @@ async def test_the_rotation_loop_reports_passes_renewals_and_failures_as_metrics
     """What the rotation-failing and rotation-late alerts read: passes by outcome, the last good pass, renewals."""
     store = stores.DirectoryStore(tmp_path / "ca")
     await store.write(authority.Authority.create("ca").to_files())
-    metrics = rotation.RotationMetrics(CollectorRegistry())
-    stop = asyncio.Event()
-    loop = asyncio.create_task(
-        rotation.run(
-            kcp=kcp_api,
-            store=store,
-            settings=rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1)),
-            interval=3600,
-            stop=stop,
-            metrics=metrics,
-        )
-    )
-    sample = metrics.registry.get_sample_value
-    while not sample("kyma_certs_rotation_passes_total", {"outcome": "ok"}):
-        assert not loop.done(), loop
-        await asyncio.sleep(0.05)
-    stop.set()
-    await loop
+    async with rotating(kcp_api, store, interval=3600) as metrics:
+        sample = metrics.registry.get_sample_value
+        await eventually(lambda: bool(sample("kyma_certs_rotation_passes_total", {"outcome": "ok"})), what="a pass")
     assert sample("kyma_certs_renewed_total", {"kind": "certificate"}) == len(registered_runtimes)
     assert sample("kyma_certs_rotation_runtimes") == len(registered_runtimes)
     assert (sample("kyma_certs_rotation_last_success_timestamp_seconds") or 0) > 0
     assert sample("kyma_certs_rotation_runtime_failures_total") == 0
+
+
+@contextlib.asynccontextmanager
+async def rotating(
+    kcp: kube.ApiClient, store: stores.Store, *, interval: float
+) -> AsyncIterator[rotation.RotationMetrics]:
+    """The rotation loop running (one-hour certificates), and its metrics; stopped and awaited on exit."""
+    metrics = rotation.RotationMetrics(CollectorRegistry())
+    stop = asyncio.Event()
+    loop = asyncio.create_task(
+        rotation.run(
+            kcp=kcp,
+            store=store,
+            settings=rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1)),
+            interval=interval,
+            stop=stop,
+            metrics=metrics,
+        )
+    )
+    try:
+        yield metrics
+    finally:
+        stop.set()
+        await loop
 
 
 async def _master_secret(kcp: kube.ApiClient, *, name: str, runtime: str, kubeconfig: dict[str, Any]) -> None:
@@ -178,30 +189,21 @@ async def test_a_master_kubeconfig_rotated_by_another_component_is_used_without_
     )
     secret = "kubeconfig-7f3c-runtime-id"  # not kubeconfig-<kyma name>: the label finds it
     await _master_secret(kcp_api, name=secret, runtime="skr-rotated", kubeconfig=stale)
-    metrics = rotation.RotationMetrics(CollectorRegistry())
-    sample = metrics.registry.get_sample_value
-    stop = asyncio.Event()
-    loop = asyncio.create_task(
-        rotation.run(
-            kcp=kcp_api,
-            store=store,
-            settings=rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1)),
-            interval=0.2,
-            stop=stop,
-            metrics=metrics,
-        )
-    )
     try:
-        await eventually(lambda: bool(sample("kyma_certs_rotation_passes_total", {"outcome": "error"})), what="failing")
-        assert not sample("kyma_certs_rotation_passes_total", {"outcome": "ok"})
-        fresh = next(iter(landscape.runtimes.values())).admin_kubeconfig()
-        await _master_secret(kcp_api, name=secret, runtime="skr-rotated", kubeconfig=fresh)
-        await eventually(lambda: bool(sample("kyma_certs_rotation_passes_total", {"outcome": "ok"})), what="recovered")
+        async with rotating(kcp_api, store, interval=0.2) as metrics:
+            sample = metrics.registry.get_sample_value
+            await eventually(
+                lambda: bool(sample("kyma_certs_rotation_passes_total", {"outcome": "error"})), what="failing"
+            )
+            assert not sample("kyma_certs_rotation_passes_total", {"outcome": "ok"})
+            fresh = next(iter(landscape.runtimes.values())).admin_kubeconfig()
+            await _master_secret(kcp_api, name=secret, runtime="skr-rotated", kubeconfig=fresh)
+            await eventually(
+                lambda: bool(sample("kyma_certs_rotation_passes_total", {"outcome": "ok"})), what="recovered"
+            )
     finally:
-        stop.set()
-        await loop
         await kube.request(kcp_api, "DELETE", kube.SECRETS.object_path(wire.KCP_NAMESPACE, secret))
-    assert loop.done() and (sample("kyma_certs_rotation_last_success_timestamp_seconds") or 0) > 0
+    assert (sample("kyma_certs_rotation_last_success_timestamp_seconds") or 0) > 0
 
 
 async def test_the_runtime_id_can_be_the_certificate_identity_and_switching_to_it_renews(

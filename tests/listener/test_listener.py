@@ -16,6 +16,7 @@ import pydantic
 import pytest
 from cryptography import x509
 from nats.aio.client import Client as Nats
+from nats.aio.msg import Msg
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
@@ -248,13 +249,19 @@ async def test_trace_context_is_carried_into_nats_headers(
     [span] = [s for s in spans.get_finished_spans() if s.name == "POST /v1/events"]
     assert span.context is not None and format(span.context.trace_id, "032x") == trace_id
     assert span.attributes is not None and span.attributes["kyma.runtime"] == "skr-1"
+    message = await stored_message(nats_client, event)
+    assert message.headers is not None and message.headers["traceparent"].split("-")[1] == trace_id
+
+
+async def stored_message(nats_client: Nats, event: events.ChangeEvent) -> Msg:
+    """The one message of the stream carrying this event's id."""
     consumer = await nats_client.jetstream().pull_subscribe(event.subject, stream=STREAM)
     try:
         messages = await consumer.fetch(256, timeout=1)
     finally:
         await consumer.unsubscribe()
     [message] = [m for m in messages if (m.headers or {}).get(bus.MSG_ID_HEADER) == event.id]
-    assert message.headers is not None and message.headers["traceparent"].split("-")[1] == trace_id
+    return message
 
 
 def _xfcc(pem: bytes, *, subject: str | None = None, digest: str | None = None) -> str:
@@ -435,12 +442,7 @@ async def test_every_message_carries_cloudevents_attributes_and_the_body_unchang
     body = events.encode(event)
     reply = await post(listener.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")), body)
     assert reply.status == 202
-    consumer = await nats_client.jetstream().pull_subscribe(event.subject, stream=STREAM)
-    try:
-        messages = await consumer.fetch(256, timeout=1)
-    finally:
-        await consumer.unsubscribe()
-    [message] = [m for m in messages if (m.headers or {}).get(bus.MSG_ID_HEADER) == event.id]
+    message = await stored_message(nats_client, event)
     assert message.data == body
     assert message.headers is not None
     assert {k: v for k, v in message.headers.items() if k in cloudevents.HEADER_NAMES} == cloudevents.headers(event)
