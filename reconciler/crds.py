@@ -60,16 +60,29 @@ def _selector(description: str) -> dict[str, Any]:
         "type": "object",
         "description": description,
         "properties": {
-            "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "matchLabels": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": "labels a Kyma CR must carry, all of them (ANDed with matchExpressions)",
+            },
             "matchExpressions": {
                 "type": "array",
+                "description": "label requirements a Kyma CR must meet, all of them",
                 "items": {
                     "type": "object",
                     "required": ["key", "operator"],
                     "properties": {
-                        "key": {"type": "string"},
-                        "operator": {"type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
-                        "values": {"type": "array", "items": {"type": "string"}},
+                        "key": {"type": "string", "description": "the label key"},
+                        "operator": {
+                            "type": "string",
+                            "enum": ["In", "NotIn", "Exists", "DoesNotExist"],
+                            "description": "how the label's value relates to values",
+                        },
+                        "values": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "description": "for In and NotIn: the values; empty for Exists and DoesNotExist",
+                        },
                     },
                 },
             },
@@ -291,6 +304,8 @@ def sync_binding_crd() -> dict[str, Any]:
     """Tenancy: which KCP namespaces may sync what to which runtimes (cluster-scoped: admins only)."""
     spec = {
         "type": "object",
+        "description": "Which KCP namespaces may sync what to which runtimes; a SyncResource needs a binding "
+        "admitting its namespace, its target runtimes and every item's kind.",
         "required": ["namespaces", "runtimeSelector"],
         "properties": {
             "namespaces": {
@@ -396,13 +411,15 @@ _APPLIED = {
     "description": "An object a SyncResource may have put into a runtime: released (deleted if still ours, or "
     "unmarked for deletePolicy Orphan) once no item wants it.",
     "properties": {
-        "runtime": {"type": "string"},
-        "item": {"type": "string"},
-        "apiVersion": {"type": "string"},
-        "kind": {"type": "string"},
-        "namespace": {"type": "string"},
-        "name": {"type": "string"},
-        "deletePolicy": {"type": "string"},
+        "runtime": _described("The runtime (Kyma name) the object is in.", type="string"),
+        "item": _described("The SyncResource item that put it there.", type="string"),
+        "apiVersion": _described("The object's apiVersion.", type="string"),
+        "kind": _described("The object's kind.", type="string"),
+        "namespace": _described("The object's namespace; absent for cluster-scoped objects.", type="string"),
+        "name": _described("The object's name.", type="string"),
+        "deletePolicy": _described(
+            "Delete: deleted when released (if still ours); Orphan: only unmarked, left in place.", type="string"
+        ),
     },
 }
 
