@@ -3,7 +3,8 @@
 Outcomes by answer:
 - 202: delivered.
 - 400, 413, 415, 422: the listener refuses the event itself; retrying cannot help, so it is
-  counted and logged as rejected (a bug or misconfiguration to look at), not retried.
+  counted and logged as rejected (a bug or misconfiguration to look at), not retried — and not
+  checkpointed, so the next relist (a restart after the fix) sends it again.
 - 401/403, 429, 503, other 5xx, timeouts, connection errors: retried with backoff until
   delivered (429/503 honour Retry-After). A certificate being renewed turns a 403 into a 202.
 - Connection errors and 5xx also switch to the other configured endpoint.

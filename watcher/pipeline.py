@@ -41,7 +41,8 @@ async def _send(
             )
             if outcome == delivery.Outcome.DELIVERED:
                 watcher_metrics.sent.labels(item.event.module).inc()
-            if outcome in (delivery.Outcome.DELIVERED, delivery.Outcome.REJECTED):
+                # Only what the listener took is checkpointed: a refusal (a module it does not know yet,
+                # a limit) is sent again at the next relist, e.g. once the configuration is fixed.
                 state.record(item.watch_key, item.event)
         finally:
             await queue.done(item)

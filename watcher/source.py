@@ -143,9 +143,22 @@ class Source:
             return queue_mod.Item(self._watch_key, reference, events.encode(reference))
 
 
+TOMBSTONE_VERSION_PREFIX = "deleted-after-"
+
+
 def _tombstone(uid: str, entry: checkpoint.Entry, spec: config.WatchSpec) -> dict[str, Any]:
-    """What is known of an object that vanished while nobody watched: its checkpoint entry."""
-    metadata: dict[str, Any] = {"uid": uid, "name": entry.name, "resourceVersion": entry.resource_version}
+    """What is known of an object that vanished while nobody watched: its checkpoint entry.
+
+    Its deletion's resourceVersion is unknown. The last delivered one would give the deletion the id of
+    the event already delivered for it (ids derive from it), and JetStream would drop it as a duplicate;
+    ``deleted-after-<rv>`` is an id of its own, yet the same for every watcher relisting it (a leader
+    hand-over still collapses to one event).
+    """
+    metadata: dict[str, Any] = {
+        "uid": uid,
+        "name": entry.name,
+        "resourceVersion": f"{TOMBSTONE_VERSION_PREFIX}{entry.resource_version}",
+    }
     if entry.namespace:
         metadata["namespace"] = entry.namespace
     return {"apiVersion": spec.gvr.api_version, "kind": entry.kind, "metadata": metadata}
