@@ -45,7 +45,7 @@ WATCHER_ACCESS = {
     ],
     "rules": [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "update"]},
     ],
 }
 MERGE = "application/merge-patch+json"
