@@ -72,6 +72,7 @@ async def register(
     for namespace in (wire.KCP_NAMESPACE, wire.KUBECONFIG_NAMESPACE, "bench"):
         await kube.ensure_namespace(kcp, namespace)
     await crds.install(kcp, crds.kcp_crds())
+    await crds.install_if_absent(kcp, crds.lifecycle_manager_crds())
     await kube.create_or_replace(
         kcp,
         crds.SYNC_BINDING.path(),

@@ -93,6 +93,7 @@ async def _prepare(running: landscape_mod.Landscape, kcp: kube.ApiClient, say: T
     workdir = running.workdir
     await kube.ensure_namespace(kcp, wire.KCP_NAMESPACE)
     await crds.install(kcp, [*crds.kcp_crds(), crds.vpc_peering_crd()])
+    await crds.install_if_absent(kcp, crds.lifecycle_manager_crds())  # KCP here has no lifecycle-manager
     await kube.create_or_replace(kcp, crds.SYNC_BINDING.path(), DEMO_BINDING)
     for name, cluster in running.runtimes.items():
         await stores.write_secret(
@@ -189,6 +190,9 @@ async def pipeline(running: landscape_mod.Landscape, kcp: kube.ApiClient, say: T
                 "management_port": net.free_port(),
                 "mirror": {"enabled": True},
                 "sync_resources": {"resync_seconds": 600},
+                # The demo's runtimes have no lifecycle-manager to install its Kyma and ModuleTemplate CRDs.
+                "kyma": {"runtime_crds": "create-if-absent"},
+                "module_templates": {"runtime_crds": "create-if-absent"},
             }
         )
     )

@@ -390,9 +390,24 @@ CRDS = kube.Gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 
 
 async def install(api: kube.ApiClient, definitions: list[dict[str, Any]], *, timeout: float = 30) -> None:
-    """Create or update the CRDs and wait until the apiserver serves them."""
+    """Create or update CRDs we own and wait until the apiserver serves them."""
     for definition in definitions:
         await kube.create_or_replace(api, CRDS.path(), definition)
+    await _established(api, definitions, timeout=timeout)
+
+
+async def install_if_absent(api: kube.ApiClient, definitions: list[dict[str, Any]], *, timeout: float = 30) -> None:
+    """Create the CRDs that do not exist yet, never touching one that does (another component owns it)."""
+    for definition in definitions:
+        if await kube.get_or_none(api, CRDS.object_path(None, definition["metadata"]["name"])) is None:
+            try:
+                await kube.request(api, "POST", CRDS.path(), body=definition)
+            except kube.ConflictError:
+                pass  # created meanwhile by its owner: theirs stands
+    await _established(api, definitions, timeout=timeout)
+
+
+async def _established(api: kube.ApiClient, definitions: list[dict[str, Any]], *, timeout: float) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     for definition in definitions:
         name = definition["metadata"]["name"]
@@ -456,8 +471,15 @@ def sync_record_crd() -> dict[str, Any]:
 
 
 def kcp_crds() -> list[dict[str, Any]]:
-    """The CRDs the reconciler chart ships (`python -m reconciler.crds DIR` writes them)."""
-    return [sync_resource_crd(), sync_binding_crd(), sync_record_crd(), kyma_crd(), module_template_crd()]
+    """The CRDs kyma-sync owns, installed and upgraded by the reconciler and its chart
+    (`python -m reconciler.crds DIR` writes them)."""
+    return [sync_resource_crd(), sync_binding_crd(), sync_record_crd()]
+
+
+def lifecycle_manager_crds() -> list[dict[str, Any]]:
+    """Stand-ins for lifecycle-manager's Kyma and ModuleTemplate CRDs, for clusters without it: only ever
+    created where absent (``install_if_absent``), never replacing the real ones, never shipped in a chart."""
+    return [kyma_crd(), module_template_crd()]
 
 
 def write(directory: Path) -> list[Path]:

@@ -34,7 +34,7 @@ class KymaController(per_runtime.PerRuntimeController):
             await self.prepare(handle, definitions=[crds.kyma_crd()], namespace=RUNTIME_NAMESPACE)
             await self._sync(handle.objects, kyma)
         except (runtime_clients.RuntimeUnavailableError, kube.KubeError, objects.UnknownKindError) as exc:
-            return workqueue.Result.failed(f"{runtime}: {exc}")
+            return self.failed(runtime, exc)
         return workqueue.Result()
 
     async def _sync(self, cluster: objects.ClusterObjects, kyma: dict[str, Any]) -> None:

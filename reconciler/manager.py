@@ -45,6 +45,8 @@ class Manager:
     async def run(self, *, stop: asyncio.Event) -> None:
         config = self.shared.config
         await crds.install(self.shared.kcp, crds.kcp_crds())
+        if config.kcp_lifecycle_manager_crds == "create-if-absent":
+            await crds.install_if_absent(self.shared.kcp, crds.lifecycle_manager_crds())
         try:
             async with asyncio.TaskGroup() as group:
                 for source in self.shared.informers():

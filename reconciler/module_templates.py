@@ -38,7 +38,7 @@ class ModuleTemplateController(per_runtime.PerRuntimeController):
             await self.prepare(handle, definitions=[crds.module_template_crd()], namespace=RUNTIME_NAMESPACE)
             await self._sync(handle.objects)
         except (runtime_clients.RuntimeUnavailableError, kube.KubeError, objects.UnknownKindError) as exc:
-            return workqueue.Result.failed(f"{runtime}: {exc}")
+            return self.failed(runtime, exc)
         return workqueue.Result()
 
     async def _sync(self, cluster: objects.ClusterObjects) -> None:

@@ -8,9 +8,9 @@ stream, not a storm. Keys collapse: ten template edits during one pass cost one 
 from collections.abc import Iterable
 from typing import Any
 
-from clients import kube
+from clients import kube, objects
 from contract import events, ids
-from reconciler import controller, crds, runtime_clients, settings
+from reconciler import controller, crds, runtime_clients, settings, workqueue
 from reconciler.shared import Shared
 
 
@@ -23,6 +23,7 @@ class PerRuntimeController(controller.Controller[ids.RuntimeId]):
     def __init__(self, shared: Shared, config: settings.PerRuntimeSettings, *, name: str, events_module: str) -> None:
         super().__init__(shared, config, name=name)
         self.modules = frozenset({events_module})
+        self._runtime_crds = config.runtime_crds
 
     def all_keys(self) -> Iterable[ids.RuntimeId]:
         return [ids.RuntimeId(r) for r in self.shared.runtimes()]
@@ -37,13 +38,26 @@ class PerRuntimeController(controller.Controller[ids.RuntimeId]):
         same_kind = (event.target.group, event.target.kind) == (self.gvr.group, self.kind)
         return [ids.RuntimeId(event.runtime)] if same_kind else []
 
+    def failed(self, runtime: str, exc: Exception) -> workqueue.Result:
+        why = f"{runtime}: {exc}"
+        if isinstance(exc, objects.UnknownKindError) and self._runtime_crds == "never":
+            why += (
+                f" (the {self.kind} CRD is lifecycle-manager's and missing in the runtime; with runtime_crds: "
+                "create-if-absent the reconciler creates it where missing)"
+            )
+        return workqueue.Result.failed(why)
+
     async def prepare(
         self, handle: runtime_clients.RuntimeHandle, *, definitions: list[dict[str, Any]], namespace: str
     ) -> None:
-        """CRDs and namespace in a runtime, ensured once per client (KCP owns their lifecycle there)."""
+        """The namespace, and with ``runtime_crds: create-if-absent`` the CRDs where missing, once per client.
+
+        The CRDs are lifecycle-manager's: one that exists is never replaced (its versions and schema are
+        not ours to change); by default they are not touched at all.
+        """
         missing = [d for d in definitions if f"crd/{d['metadata']['name']}" not in handle.prepared]
-        if missing:
-            await crds.install(handle.objects.api, missing)
+        if missing and self._runtime_crds == "create-if-absent":
+            await crds.install_if_absent(handle.objects.api, missing)
             handle.prepared.update(f"crd/{d['metadata']['name']}" for d in missing)
         if f"namespace/{namespace}" not in handle.prepared:
             await kube.ensure_namespace(handle.objects.api, namespace)

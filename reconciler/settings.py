@@ -1,7 +1,7 @@
 """Reconciler configuration: one YAML file, one section per concern, passed down as it is."""
 
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -98,6 +98,12 @@ class MirrorSettings(ControllerSettings):
 
 class PerRuntimeSettings(ControllerSettings):
     workers: int = Field(default=16, ge=1, description="runtimes written to at once (the fan-out bound)")
+    runtime_crds: Literal["never", "create-if-absent"] = Field(
+        default="never",
+        description="the CRD of the kind this controller writes in runtimes (Kyma, ModuleTemplate) belongs to "
+        "lifecycle-manager: never touched by default; create-if-absent creates it where missing (local landscapes, "
+        "runtimes without lifecycle-manager), never replacing one that exists",
+    )
 
 
 class NatsSettings(_Section):
@@ -132,6 +138,11 @@ class ReconcilerSettings(_Section):
         description="the reconcilers use Secrets <module>-kubeconfig-<runtime> minted by kyma-certs",
     )
     events_module: str = Field(default=wire.SYNC_MODULE, description="the module watchers route synced objects to")
+    kcp_lifecycle_manager_crds: Literal["never", "create-if-absent"] = Field(
+        default="create-if-absent",
+        description="lifecycle-manager's Kyma and ModuleTemplate CRDs in KCP: created at start where missing (a KCP "
+        "without lifecycle-manager), never replacing existing ones; never: not touched",
+    )
     nats: NatsSettings = NatsSettings()
     management_port: int = Field(default=9092, ge=0, le=65535)
     shutdown_grace_seconds: float = Field(

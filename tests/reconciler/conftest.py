@@ -190,6 +190,7 @@ class Kcp:
 async def kcp(landscape: landscape_mod.Landscape, kcp_api: client.ApiClient) -> AsyncIterator[Kcp]:
     await ensure_namespace(kcp_api, wire.KCP_NAMESPACE)
     await crds.install(kcp_api, crds.kcp_crds())
+    await crds.install_if_absent(kcp_api, crds.lifecycle_manager_crds())
     suffix = uuid.uuid4().hex[:6]
     namespace, runtime_namespace = f"sr-{suffix}", f"synced-{suffix}"
     await ensure_namespace(kcp_api, namespace)

@@ -1,5 +1,6 @@
 """`kubectl explain` on our CRDs explains every field: each has a description, and the apiserver serves it."""
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -7,7 +8,8 @@ import pytest
 from clients import kube
 from reconciler import crds
 
-from ..waiting import eventually
+from ..waiting import eventually, reconciles
+from .conftest import Kcp
 
 OURS = [crds.sync_resource_crd, crds.sync_binding_crd, crds.sync_record_crd]
 
@@ -49,3 +51,47 @@ async def test_the_apiserver_serves_the_descriptions_kubectl_explain_shows(kcp_a
     assert sync_resource["properties"]["spec"]["description"]
     selector = sync_resource["properties"]["spec"]["properties"]["target"]["properties"]["selector"]
     assert "Kyma" in selector["properties"]["matchLabels"]["description"]
+
+
+LIFECYCLE_MANAGER = "lifecycle-manager"
+
+
+async def _mark_as_lifecycle_managers(api: kube.ApiClient, definition: dict[str, Any]) -> str:
+    """Make the CRD lifecycle-manager's own (an extra served version, its marker); its resourceVersion after."""
+    await crds.install_if_absent(api, [definition])
+    path = crds.CRDS.object_path(None, definition["metadata"]["name"])
+    live = await kube.request(api, "GET", path)
+    live["metadata"].setdefault("annotations", {})["owner"] = LIFECYCLE_MANAGER
+    if not any(v["name"] == "v1beta1" for v in live["spec"]["versions"]):
+        older = {**live["spec"]["versions"][0], "name": "v1beta1", "storage": False}
+        live["spec"]["versions"].append(older)
+    updated = await kube.request(api, "PUT", path, body=live)
+    return str(updated["metadata"]["resourceVersion"])
+
+
+@pytest.mark.integration
+async def test_crds_of_lifecycle_manager_are_never_replaced_in_kcp_or_runtimes(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """Kyma and ModuleTemplate CRDs belong to lifecycle-manager: a reconciler start and its per-runtime
+    reconciles leave them exactly as they are (an older served version, annotations, schema)."""
+    kcp_kyma = await _mark_as_lifecycle_managers(kcp.api, crds.kyma_crd())
+    skr = kcp.skrs["skr-1"]
+    skr_kyma = await _mark_as_lifecycle_managers(skr, crds.kyma_crd())
+    skr_templates = await _mark_as_lifecycle_managers(skr, crds.module_template_crd())
+    async with run_controller(
+        kyma={"enabled": True}, module_templates={"enabled": True, "runtime_crds": "create-if-absent"}
+    ) as running:
+        await eventually(lambda: running.readiness() is None, what="ready")
+        await eventually(lambda: (reconciles(running.shared.registry, "kyma") or 0) >= 2, what="runtimes reconciled")
+        await eventually(
+            lambda: (reconciles(running.shared.registry, "module_templates") or 0) >= 2, what="templates reconciled"
+        )
+
+    async def version_of(api: kube.ApiClient, definition: dict[str, Any]) -> str:
+        live = await kube.request(api, "GET", crds.CRDS.object_path(None, definition["metadata"]["name"]))
+        return str(live["metadata"]["resourceVersion"])
+
+    assert await version_of(kcp.api, crds.kyma_crd()) == kcp_kyma
+    assert await version_of(skr, crds.kyma_crd()) == skr_kyma
+    assert await version_of(skr, crds.module_template_crd()) == skr_templates

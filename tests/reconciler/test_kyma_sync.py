@@ -29,7 +29,7 @@ async def skr_modules(kcp: Kcp) -> set[str] | None:
 async def test_kyma_modules_are_the_union_and_status_flows_down(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
     """KCP's modules and a runtime user's modules coexist; KCP status appears in the runtime."""
     await kube.request(kcp.api, "PATCH", KCP_KYMA, body={"spec": {"modules": [{"name": "keda"}]}}, content_type=MERGE)
-    async with run_controller(kyma={"enabled": True, "resync_seconds": 1}):
+    async with run_controller(kyma={"enabled": True, "resync_seconds": 1, "runtime_crds": "create-if-absent"}):
         await eventually(lambda: _equals(skr_modules(kcp), {"keda"}), what="Kyma created in the runtime")
         await kube.request(
             kcp.skrs["skr-2"],

@@ -44,7 +44,9 @@ async def test_templates_reach_every_runtime_edits_revert_deletions_follow(
 ) -> None:
     """A KCP template appears in both runtimes; a runtime edit is reverted; a KCP deletion removes all copies."""
     name = f"keda-{uuid.uuid4().hex[:6]}"
-    async with run_controller(module_templates={"enabled": True, "workers": 1, "resync_seconds": 1}) as running:
+    async with run_controller(
+        module_templates={"enabled": True, "workers": 1, "resync_seconds": 1, "runtime_crds": "create-if-absent"}
+    ) as running:
         await create_template(kcp, name, "1.0.0")
 
         async def everywhere(version: str) -> bool:
