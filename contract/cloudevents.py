@@ -42,6 +42,12 @@ def subject(event: events.ChangeEvent) -> str:
     return "/".join(part for part in parts if part)
 
 
+def _header_safe(value: str) -> str:
+    """The event model already refuses control characters in every field used here; this keeps a header
+    line a header line even if a field's rule is ever loosened (CR/LF would start a forged header)."""
+    return "".join(c if " " <= c != "\x7f" else "_" for c in value)
+
+
 def headers(event: events.ChangeEvent) -> dict[str, str]:
     values = (
         SPEC_VERSION,
@@ -53,4 +59,4 @@ def headers(event: events.ChangeEvent) -> dict[str, str]:
         DATA_SCHEMA,
         "application/json",
     )
-    return dict(zip(HEADER_NAMES, values, strict=True))
+    return {name: _header_safe(value) for name, value in zip(HEADER_NAMES, values, strict=True)}

@@ -23,6 +23,9 @@ MAX_EVENT_BYTES = 1_000_000
 
 _TRACEPARENT = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 _K8S_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_API_GROUP = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"
+_KIND = r"^[A-Za-z][A-Za-z0-9]{0,62}$"
 
 
 class ChangeType(enum.StrEnum):
@@ -40,10 +43,12 @@ class _Strict(BaseModel):
 class WatchedObject(_Strict):
     """The Kubernetes object an event is about."""
 
-    group: str = Field(max_length=253, description='API group; "" for the core group')
-    version: str = Field(min_length=1, max_length=63)
-    resource: str = Field(min_length=1, max_length=253, description="plural resource name")
-    kind: str = Field(min_length=1, max_length=63)
+    # Held to Kubernetes' own naming rules: they travel into NATS headers (CloudEvents) and subjects'
+    # neighbours, where a control character or a separator would be an injection.
+    group: str = Field(max_length=253, pattern=_API_GROUP, description='API group; "" for the core group')
+    version: str = Field(min_length=1, max_length=63, pattern=_DNS_LABEL)
+    resource: str = Field(min_length=1, max_length=253, pattern=_K8S_NAME, description="plural resource name")
+    kind: str = Field(min_length=1, max_length=63, pattern=_KIND)
     namespace: str | None = Field(default=None, pattern=_K8S_NAME)
     name: str = Field(pattern=_K8S_NAME)
     uid: str = Field(min_length=1, max_length=128)

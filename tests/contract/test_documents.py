@@ -55,6 +55,10 @@ def test_a_valid_event_is_valid_against_the_published_schema() -> None:
         ("unknown change type", {"change_type": "PATCHED"}),
         ("schema version 2", {"schema_version": 2}),
         ("object name with a slash", {"target": {**_event()["target"], "name": "a/b"}}),
+        ("a header smuggled in the group", {"target": {**_event()["target"], "group": "a\r\nce-source: /runtimes/x"}}),
+        ("a kind with a space", {"target": {**_event()["target"], "kind": "Config Map"}}),
+        ("a version with a colon", {"target": {**_event()["target"], "version": "v1:x"}}),
+        ("a resource with a newline", {"target": {**_event()["target"], "resource": "config\nmaps"}}),
         ("no observed_at", {"observed_at": None}),
     ],
 )

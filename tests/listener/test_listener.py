@@ -3,6 +3,7 @@
 import asyncio
 import datetime
 import hashlib
+import json
 import ssl
 import urllib.parse
 import uuid
@@ -522,3 +523,13 @@ async def test_with_runtime_id_identities_the_certificate_names_a_kyma_by_its_la
     assert named.status == 202, named.body
     assert as_the_id.status == 403 and kyma in as_the_id.body["error"]
     assert stranger.status == 403 and wire.RUNTIME_ID_LABEL in stranger.body["error"]
+
+
+async def test_a_header_smuggled_in_an_event_field_is_refused(listener: server.Bound, runtime_pki: Pki) -> None:
+    """Event fields become CloudEvents headers: CR/LF in one must be a 400, never a forged header."""
+    body = json.loads(events.encode(make_event(uid="smuggler")))
+    body["target"]["group"] = "cloud-resources.kyma-project.io\r\nce-source: /runtimes/skr-2"
+    reply = await post(
+        listener.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")), json.dumps(body).encode()
+    )
+    assert reply.status == 400 and "target.group" in reply.body["error"]

@@ -258,6 +258,16 @@ _GVK = {"group": "operator.kyma-project.io", "version": "v1beta2", "kind": "Kyma
             "watchedGvk.version: String should have at least 1 character",
             id="empty-version",
         ),
+        pytest.param(
+            {"watched": {"Name": "default"}, "watchedGvk": {**_GVK, "group": "a\r\nce-source: /runtimes/victim"}},
+            "watchedGvk.group: String should match",
+            id="header-smuggled-in-the-group",
+        ),
+        pytest.param(
+            {"watched": {"Name": "default"}, "watchedGvk": {**_GVK, "kind": "Kyma\r\nNats-Msg-Id: x"}},
+            "watchedGvk.kind: String should match",
+            id="header-smuggled-in-the-kind",
+        ),
     ],
 )
 async def test_a_body_without_a_usable_object_is_400_naming_the_field(
