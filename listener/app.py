@@ -21,7 +21,7 @@ from prometheus_client import Counter
 from clients import bus
 from contract import cloudevents, events, ids, wire
 from contract import errors as contract_errors
-from listener import errors, identities, metrics, peer, ratelimit, settings, trust, upstream
+from listener import errors, identities, metrics, peer, ratelimit, refusals, settings, trust, upstream
 from listener import publisher as publisher_mod
 from observability import tracing
 
@@ -39,6 +39,7 @@ class ListenerState:
     limiter: ratelimit.RateLimiter
     metrics: metrics.ListenerMetrics
     publisher: publisher_mod.JetStreamPublisher
+    refusal_log: refusals.RefusalLog = dataclasses.field(default_factory=refusals.RefusalLog)
     draining: bool = False
     in_flight: int = 0
     idle: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
@@ -64,9 +65,10 @@ async def _admit(request: web.Request, state: ListenerState, span: trace.Span) -
     """The checks before a body is read: not draining, the client certificate's runtime, its rate, JSON."""
     if state.draining:
         raise errors.Unavailable("listener is shutting down", retry_after=1)
-    runtime = state.identities.runtime(
-        state.trust.runtime_of(peer.client_certificate_der(request, state.settings.proxy))
-    )
+    identity = state.trust.runtime_of(peer.client_certificate_der(request, state.settings.proxy))
+    request[CLIENT] = f"certificate {identity}"
+    runtime = state.identities.runtime(identity)
+    request[CLIENT] = f"runtime {runtime}" if runtime == identity else f"runtime {runtime} (certificate {identity})"
     span.set_attribute("kyma.runtime", runtime)
     wait = state.limiter.acquire(runtime)
     if wait:
@@ -184,6 +186,14 @@ def _rejection(rejected: errors.Rejected) -> web.Response:
     return web.json_response({"error": rejected.reason}, status=rejected.status, headers=headers)
 
 
+CLIENT = web.RequestKey("client", str)
+
+
+def _client(request: web.Request) -> str:
+    """Who was refused: the runtime once its certificate was read, else the peer's address."""
+    return request.get(CLIENT) or f"address {request.remote}"
+
+
 Accept = Callable[[web.Request, ListenerState, trace.Span], Awaitable[web.Response]]
 
 
@@ -209,8 +219,7 @@ def _event_route(
                 except errors.Rejected as rejected:
                     span.set_attribute("http.response.status_code", rejected.status)
                     counted(state.metrics).labels(rejected.outcome).inc()
-                    if rejected.status >= 500:
-                        log.warning("event refused", extra={"status": rejected.status, "reason": rejected.reason})
+                    state.refusal_log.report(rejected, route=route, client=_client(request))
                     return _rejection(rejected)
                 span.set_attribute("http.response.status_code", response.status)
                 counted(state.metrics).labels("accepted").inc()
