@@ -55,7 +55,11 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("--force", action="store_true", help="replace an existing CA (all certificates die)")
 
     issue = commands.add_parser("issue", help="issue a runtime's client certificate")
-    issue.add_argument("runtime", metavar="RUNTIME", help="the runtime's Kyma name (the certificate's CN)")
+    issue.add_argument(
+        "runtime",
+        metavar="RUNTIME",
+        help="the runtime's Kyma name (with --out: the certificate's CN as given; with --to-runtime: see --identity)",
+    )
     issue.add_argument("--lifetime", type=duration, default=duration("30d"), help="default 30d")
     target = issue.add_mutually_exclusive_group(required=True)
     target.add_argument("--out", type=Path, help="write tls.crt, tls.key, ca.crt into this directory")
@@ -154,6 +158,8 @@ async def _execute(args: argparse.Namespace, store: stores.Store, kcp: kube.ApiC
     ca = authority.Authority.from_files(files)
     if args.command == "show":
         print(json.dumps({"store": store.describe(), **_summary(ca)}, indent=2))
+    elif args.command == "issue" and args.out and args.identity != runtimes.Identity.KYMA_NAME:
+        raise UsageError("--identity needs --to-runtime (with --out the CN is RUNTIME as given)")
     elif args.command == "issue" and args.out:
         pair = ca.issue_runtime(args.runtime, lifetime=args.lifetime)
         _write_pair(args.out, pair, ca.trust_bundle())
@@ -162,7 +168,7 @@ async def _execute(args: argparse.Namespace, store: stores.Store, kcp: kube.ApiC
         )
     elif args.command == "issue":
         assert kcp is not None
-        runtime = await runtimes.get_runtime(kcp, args.runtime)
+        runtime = await runtimes.get_runtime(kcp, args.runtime, identity=args.identity)
         identity = runtime.certificate_identity(args.identity)
         async with await kube.api_client(runtime.kubeconfig) as runtime_api:
             pair = await rotation.deliver_certificate(

@@ -186,7 +186,7 @@ async def rotate_once(
     refreshed = ca.to_files()
     if any(stored.get(name) != refreshed[name] for name in (authority.BUNDLE, authority.STATE)):
         await store.write(refreshed)  # e.g. the overlap of a CA rotation ended
-    known = await runtimes.list_runtimes(kcp)
+    known = await runtimes.list_runtimes(kcp, identity=settings.identity)
     report = Report(total=len(known.runtimes) + len(known.unusable))
     for name, why in known.unusable.items():
         log.error("rotation failed for runtime", extra={"runtime": name, "error": why})

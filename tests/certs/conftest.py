@@ -7,6 +7,7 @@ from clients import kube
 from contract import wire
 from devenv import landscape as landscape_mod
 from pki import kubeconfigs
+from reconciler import crds
 
 
 def runtime_id_of(runtime: str) -> str:
@@ -26,4 +27,15 @@ async def registered_runtimes(landscape: landscape_mod.Landscape, kcp_api: kube.
             data={wire.KUBECONFIG_KEY: kubeconfigs.dump(cluster.admin_kubeconfig()).encode()},
             labels={wire.KYMA_NAME_LABEL: name, wire.RUNTIME_ID_LABEL: runtime_id_of(name)},
         )
+        await _label_kyma(kcp_api, name, {wire.RUNTIME_ID_LABEL: runtime_id_of(name)})
     return list(landscape.runtimes)
+
+
+async def _label_kyma(kcp: kube.ApiClient, name: str, labels: dict[str, str]) -> None:
+    """The runtime's Kyma CR in KCP carrying ``labels`` (created if absent, other labels kept)."""
+    await crds.install_if_absent(kcp, crds.lifecycle_manager_crds())
+    path = kube.KYMAS.object_path(wire.KCP_NAMESPACE, name)
+    if await kube.get_or_none(kcp, path) is None:
+        body = {"apiVersion": kube.KYMAS.api_version, "kind": "Kyma", "metadata": {"name": name}, "spec": {}}
+        await kube.request(kcp, "POST", kube.KYMAS.path(wire.KCP_NAMESPACE), body=body)
+    await kube.merge_patch(kcp, path, {"metadata": {"labels": labels}})

@@ -5,6 +5,7 @@ import base64
 import contextlib
 import dataclasses
 import datetime
+import json
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -209,7 +210,8 @@ async def test_a_master_kubeconfig_rotated_by_another_component_is_used_without_
 async def test_the_runtime_id_can_be_the_certificate_identity_and_switching_to_it_renews(
     kcp_api: kube.ApiClient, skr_api: kube.ApiClient, registered_runtimes: list[str], tmp_path: Path
 ) -> None:
-    """Upstream lifecycle-manager's identity (kyma-project.io/runtime-id) or ours (the Kyma name), per installation."""
+    """Upstream lifecycle-manager's identity (the Kyma's kyma-project.io/runtime-id) or ours (the Kyma name); a
+    master kubeconfig Secret whose own runtime-id label disagrees with its Kyma fails that runtime."""
     store = stores.DirectoryStore(tmp_path / "ca")
     await store.write(authority.Authority.create("ca").to_files())
     by_name = rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1))
@@ -222,6 +224,14 @@ async def test_the_runtime_id_can_be_the_certificate_identity_and_switching_to_i
     assert identity.runtime_of((await runtime_certificate(skr_api)).certificate) == runtime_id_of(skr)
     again = await rotation.rotate_once(kcp=kcp_api, store=store, settings=by_id)
     assert again.certificates == [] and not again.failures
+    stale = wire.master_kubeconfig_secret(skr)
+    await kube.merge_patch(
+        kcp_api,
+        kube.SECRETS.object_path(wire.KCP_NAMESPACE, stale),
+        {"metadata": {"labels": {wire.RUNTIME_ID_LABEL: "id-of-another-runtime"}}},
+    )
+    disagreeing = await rotation.rotate_once(kcp=kcp_api, store=store, settings=by_id)
+    assert list(disagreeing.failures) == [skr] and "id-of-another-runtime" in disagreeing.failures[skr]
 
 
 async def test_two_master_secrets_for_one_runtime_fail_that_runtime_only(
@@ -245,3 +255,28 @@ async def test_two_master_secrets_for_one_runtime_fail_that_runtime_only(
             await kube.request(kcp_api, "DELETE", kube.SECRETS.object_path(wire.KCP_NAMESPACE, name))
     assert list(report.failures) == ["skr-twin"] and "2 master kubeconfig Secrets" in report.failures["skr-twin"]
     assert sorted(report.certificates) == sorted(registered_runtimes)
+
+
+async def test_an_unreadable_master_kubeconfig_fails_its_runtime_without_quoting_it(
+    kcp_api: kube.ApiClient, registered_runtimes: list[str], tmp_path: Path
+) -> None:
+    """YAML errors quote the offending line; of a kubeconfig that line may be a token: only where it broke is told."""
+    store = stores.DirectoryStore(tmp_path / "ca")
+    await store.write(authority.Authority.create("ca").to_files())
+    await stores.write_secret(
+        kcp_api,
+        namespace=wire.KCP_NAMESPACE,
+        name="kubeconfig-broken",
+        data={wire.KUBECONFIG_KEY: b"users:\n- token: SUPERSECRETTOKEN: : [\n"},
+        labels={wire.KYMA_NAME_LABEL: "skr-broken"},
+    )
+    try:
+        report = await rotation.rotate_once(
+            kcp=kcp_api,
+            store=store,
+            settings=rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1)),
+        )
+    finally:
+        await kube.request(kcp_api, "DELETE", kube.SECRETS.object_path(wire.KCP_NAMESPACE, "kubeconfig-broken"))
+    assert "valid YAML at line 2" in report.failures["skr-broken"]
+    assert "SUPERSECRETTOKEN" not in json.dumps(dataclasses.asdict(report))
