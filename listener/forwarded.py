@@ -3,8 +3,10 @@
 - Envoy / Istio ``X-Forwarded-Client-Cert``: elements separated by ``,`` (one per proxy hop),
   each ``key=value`` pairs separated by ``;``, values optionally double-quoted with ``\\"``
   escapes; ``Cert`` is the URL-encoded PEM of the client certificate, ``Hash`` its hex SHA-256,
-  ``Subject`` its subject. The first element is the one the edge proxy (which terminated the
-  client's TLS) wrote; a ``Hash`` or ``Subject`` present there must agree with its ``Cert``.
+  ``Subject`` its subject. Exactly one element is accepted: the edge proxy (which terminated the
+  client's TLS) must replace whatever the client sent (Envoy's ``SANITIZE_SET``; with
+  ``APPEND_FORWARD`` or ``FORWARD_ONLY`` a client's own element would come first and could name
+  another runtime's certificate). A ``Hash`` or ``Subject`` present must agree with its ``Cert``.
 - nginx ``$ssl_client_escaped_cert``: the URL-encoded PEM, nothing around it.
 """
 
@@ -78,7 +80,13 @@ def certificate_der(header: str) -> bytes:
     decoded = urllib.parse.unquote(header.strip())
     if decoded.startswith("-----BEGIN"):
         return _pem_to_der(decoded)
-    first = xfcc_elements(header)[0]
+    elements = xfcc_elements(header)
+    if len(elements) != 1:
+        raise ForwardedCertError(
+            f"{len(elements)} X-Forwarded-Client-Cert elements: the proxy must replace the header with its own "
+            "(Envoy/Istio forward_client_cert_details SANITIZE_SET), never append to what the client sent"
+        )
+    first = elements[0]
     if "cert" not in first:
         raise ForwardedCertError(
             "the proxy's X-Forwarded-Client-Cert element has no Cert (configure it to forward Cert)"
