@@ -11,8 +11,11 @@ controller reconciles.
 """
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge
 
 from clients import informer
 from contract import events, ids, subjects, wire
@@ -24,11 +27,33 @@ log = logging.getLogger(__name__)
 AnyController = controller.Controller[Any]
 
 
+class RuntimeInfo:
+    """``kyma_reconciler_runtime_info{runtime}``: 1 for every runtime KCP has a Kyma CR of, so alerts can tell
+    a silent watcher of a live runtime from the leftover series of a deprovisioned one."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._gauge = Gauge(
+            "kyma_reconciler_runtime_info",
+            "1 for every runtime KCP has a Kyma CR of (what the watcher-silent alerts join heartbeats with)",
+            ["runtime"],
+            registry=registry,
+        )
+
+    def changed(self, change: informer.Change) -> None:
+        runtime = change.current["metadata"]["name"]
+        if change.new is not None:
+            self._gauge.labels(runtime).set(1)
+            return
+        with contextlib.suppress(KeyError):  # never counted (a relist's deletion of an unseen object)
+            self._gauge.remove(runtime)
+
+
 class Manager:
     def __init__(self, shared: Shared, controllers: list[AnyController]) -> None:
         self.shared = shared
         self.controllers = controllers
         self._consumer_metrics = consumer.ConsumerMetrics(shared.registry)
+        shared.kymas.subscribe(RuntimeInfo(shared.registry).changed)
         shared.kymas.subscribe(self._kyma_changed)
         shared.kubeconfigs.subscribe(self._kubeconfig_changed)
 
@@ -80,13 +105,14 @@ class Manager:
             each.runtime_changed(change)
 
     def _kyma_changed(self, change: informer.Change) -> None:
+        runtime = change.current["metadata"]["name"]
         content_only = (
             change.old is not None
             and change.new is not None
             and change.old["metadata"].get("uid") == change.new["metadata"].get("uid")  # not recreated meanwhile
             and _labels(change.old) == _labels(change.new)
         )
-        self._runtime_changed(controller.RuntimeChange(change.current["metadata"]["name"], content_only=content_only))
+        self._runtime_changed(controller.RuntimeChange(runtime, content_only=content_only))
 
     def _kubeconfig_changed(self, change: informer.Change) -> None:
         runtime = (change.current["metadata"].get("labels") or {}).get(wire.RUNTIME_LABEL)

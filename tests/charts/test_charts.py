@@ -25,7 +25,7 @@ from eventbus import layout, setup
 from listener import metrics as listener_metrics
 from listener import settings as listener_settings
 from observability import metrics as observability_metrics
-from reconciler import consumer, crds, sync_resources, workqueue
+from reconciler import consumer, crds, manager, sync_resources, workqueue
 from reconciler import settings as reconciler_settings
 from watcher import config as watcher_config
 from watcher import metrics as watcher_metrics
@@ -533,6 +533,7 @@ def _code_metrics() -> set[str]:
     workqueue.QueueMetrics(registry)
     consumer.ConsumerMetrics(registry)
     sync_resources.OrphanCount(registry)
+    manager.RuntimeInfo(registry)
     rotation.RotationMetrics(registry)
     return _exposed(registry)
 
@@ -695,10 +696,10 @@ def test_alerts_are_complete_and_read_known_metrics(helm: Path) -> None:
     by_name = {a["alert"]: a for a in alerts}
     assert "> 600" in by_name["KymaSyncWatcherSilent"]["expr"]
     assert "by (namespace, controller)" in by_name["KymaSyncReconcileErrors"]["expr"]
-    assert (
-        "max by (namespace, runtime) (kyma_listener_runtime_heartbeat_timestamp_seconds)"
-        in (by_name["KymaSyncWatcherSilent"]["expr"])
-    )
+    silent = by_name["KymaSyncWatcherSilent"]["expr"]
+    assert "max by (runtime) (kyma_listener_runtime_heartbeat_timestamp_seconds)" in silent  # newest of replicas
+    assert "and on (runtime) max by (runtime) (kyma_reconciler_runtime_info)" in silent  # live runtimes only
+    assert "unless on (runtime)" in by_name["KymaSyncWatcherNeverHeard"]["expr"]
 
 
 def test_alerts_without_a_runbook_url_still_carry_the_runbook(helm: Path) -> None:

@@ -278,13 +278,20 @@ async def test_unreachable_runtime_is_error_for_itself_only(kcp: Kcp, run_contro
             labels = {"controller": "sync_resources"}
             assert (errors("kyma_reconciler_runtime_errors_total", {**labels, "runtime": "skr-down"}) or 0) >= 1
             assert errors("kyma_reconciler_runtime_errors_total", {**labels, "runtime": "skr-1"}) is None
+            assert errors("kyma_reconciler_runtime_info", {"runtime": "skr-down"}) == 1
         status = (await kcp.get("partial") or {})["status"]
         per_runtime = {i["runtime"]: i["state"] for i in status["items"]}
         assert per_runtime == {"skr-1": "Ready", "skr-down": "Error"}
         assert "unreachable" in next(i["message"] for i in status["items"] if i["runtime"] == "skr-down")
+        await kube.request(kcp.api, "DELETE", f"{crds.KYMA.path('kcp-system')}/skr-down")
+        async with run_controller() as running:
+            await eventually(lambda: running.readiness() is None, what="ready")
+            info = running.shared.registry.get_sample_value
+            assert info("kyma_reconciler_runtime_info", {"runtime": "skr-1"}) == 1
+            assert info("kyma_reconciler_runtime_info", {"runtime": "skr-down"}) is None, "a deprovisioned runtime"
     finally:
         await label_kyma(kcp.api, "skr-1", {label: None})
-        await kube.request(kcp.api, "DELETE", f"{crds.KYMA.path('kcp-system')}/skr-down")
+        await kube.delete(kcp.api, f"{crds.KYMA.path('kcp-system')}/skr-down")
 
 
 async def test_five_hundred_items_converge(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
