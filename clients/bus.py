@@ -19,6 +19,7 @@ subscribe only to its own replies.
 
 import asyncio
 import dataclasses
+import datetime
 import logging
 import ssl
 from collections.abc import Awaitable
@@ -163,6 +164,8 @@ class Delivery:
         self.data = message.data
         self.headers: dict[str, str] = dict(message.headers or {})
         self.deliveries = int(message.metadata.num_delivered or 1)
+        self.stored_at: datetime.datetime = message.metadata.timestamp
+        """When the stream stored it, by the NATS server's clock."""
 
     async def ack(self) -> None:
         await _settled(self._message.ack())

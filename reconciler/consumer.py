@@ -16,6 +16,7 @@ before the connection closes (the work queue answers them within its grace perio
 
 import asyncio
 import dataclasses
+import datetime
 import enum
 import logging
 from collections.abc import Awaitable, Callable
@@ -130,6 +131,20 @@ class ConsumerMetrics:
         self._refused.labels(durable).set(0)
 
 
+OBSERVED_AT_ALLOWANCE = datetime.timedelta(seconds=30)
+"""How much earlier than its storing an event may say it was observed (delivery retries, clock skew)."""
+
+
+def with_trusted_observed_at(event: events.ChangeEvent, *, stored_at: datetime.datetime) -> events.ChangeEvent:
+    """The event with ``observed_at`` held to [stored - allowance, stored] by KCP's clock.
+
+    ``observed_at`` comes from the runtime: a skewed clock, or a tenant dating its events in the past,
+    must not move the landscape-wide change-to-applied latency (and its alert).
+    """
+    trusted = min(max(event.observed_at, stored_at - OBSERVED_AT_ALLOWANCE), stored_at)
+    return event if trusted == event.observed_at else event.model_copy(update={"observed_at": trusted})
+
+
 def nak_delay(deliveries: int, settings: ConsumerSettings) -> float:
     return float(min(settings.nak_delay_max, settings.nak_delay_initial * 2 ** min(max(0, deliveries - 1), 32)))
 
@@ -177,6 +192,7 @@ async def _outcome(
             Action.DEAD_LETTER, reason=f"published on {delivery.subject}, but the event is for {event.subject}"
         )
     span.set_attributes({"kyma.event_id": event.id, "kyma.runtime": event.runtime})
+    event = with_trusted_observed_at(event, stored_at=delivery.stored_at)
     try:
         result = await _with_heartbeat(delivery, handler(event), every=settings.ack_wait_seconds / 3)
     except Exception as exc:  # the guard: a failing handler is retried, not fatal

@@ -1,6 +1,7 @@
 """The event path against a real JetStream: settle by outcome, keep long work alive, dead-letter what never succeeds."""
 
 import asyncio
+import datetime
 import uuid
 
 import pytest
@@ -297,3 +298,20 @@ async def test_the_consumer_reports_its_backlog_and_the_streams_fill(
         release.set()
         stop.set()
         await consuming
+
+
+@pytest.mark.parametrize(
+    ("observed_seconds_before_storing", "trusted_seconds_before_storing"),
+    [(2, 2), (3600, 30), (-600, 0)],
+    ids=["ordinary", "dated-an-hour-back", "clock-ten-minutes-ahead"],
+)
+def test_observed_at_is_held_to_the_time_the_stream_stored_the_event(
+    observed_seconds_before_storing: float, trusted_seconds_before_storing: float
+) -> None:
+    """The runtime's clock (or a tenant) cannot move the change-to-applied latency beyond a 30 s allowance."""
+    stored = datetime.datetime(2026, 12, 3, 12, 0, tzinfo=datetime.UTC)
+    event = configmap_event("m").model_copy(
+        update={"observed_at": stored - datetime.timedelta(seconds=observed_seconds_before_storing)}
+    )
+    trusted = consumer.with_trusted_observed_at(event, stored_at=stored)
+    assert stored - trusted.observed_at == datetime.timedelta(seconds=trusted_seconds_before_storing)
