@@ -213,7 +213,7 @@ async def _execute(args: argparse.Namespace, store: stores.Store, kcp: kube.ApiC
             report = await rotation.rotate_once(
                 kcp=kcp, store=store, settings=settings, progress=lambda r: print(r.progress(), file=sys.stderr)
             )
-            print(json.dumps(dataclasses.asdict(report), indent=2))
+            print(json.dumps(dataclasses.asdict(report), indent=2, default=str))
             if report.failures:
                 raise authority.AuthorityError(f"{len(report.failures)} runtime(s) failed")
             return

@@ -53,6 +53,12 @@ class Report:
     """Runtimes looked at so far in this pass."""
     total: int = 0
     """Runtimes in this pass."""
+    earliest_certificate_expiry: datetime.datetime | None = None
+    """When the first of the runtime certificates seen in this pass expires."""
+
+    def certificate_expires(self, at: datetime.datetime | None) -> None:
+        if at is not None and (self.earliest_certificate_expiry is None or at < self.earliest_certificate_expiry):
+            self.earliest_certificate_expiry = at
 
     def progress(self) -> str:
         return (
@@ -86,6 +92,16 @@ class RotationMetrics:
             "kyma_certs_renewed", "Credentials renewed, by kind (certificate, kubeconfig)", ["kind"], registry=registry
         )
         self.runtimes = Gauge("kyma_certs_rotation_runtimes", "Runtimes in the last pass", registry=registry)
+        self.last_pass = Gauge(
+            "kyma_certs_rotation_last_pass_timestamp_seconds",
+            "When a pass last finished, failures or not (the rotation-late alert)",
+            registry=registry,
+        )
+        self.earliest_expiry = Gauge(
+            "kyma_certs_certificate_earliest_expiry_timestamp_seconds",
+            "When the first runtime certificate seen in the last pass expires (the expiring-soon alert)",
+            registry=registry,
+        )
 
     def record(self, report: Report) -> None:
         self.passes.labels("error" if report.failures else "ok").inc()
@@ -95,6 +111,9 @@ class RotationMetrics:
         self.renewed.labels("certificate").inc(len(report.certificates))
         self.renewed.labels("kubeconfig").inc(len(report.kubeconfigs))
         self.runtimes.set(report.total)
+        self.last_pass.set_to_current_time()
+        if report.earliest_certificate_expiry is not None:
+            self.earliest_expiry.set(report.earliest_certificate_expiry.timestamp())
 
 
 async def _current_certificate(api: kube.ApiClient) -> tuple[x509.Certificate, bytes] | None:
@@ -131,11 +150,18 @@ async def deliver_certificate(
 
 async def certificate_due(
     runtime_api: kube.ApiClient, ca: authority.Authority, *, fraction: float, identity: str
-) -> str | None:
-    """Why the runtime's certificate needs renewing, or None if it is fine."""
+) -> tuple[str | None, datetime.datetime | None]:
+    """Why the runtime's certificate needs renewing (None if it is fine), and when the current one expires."""
     current = await _current_certificate(runtime_api)
     if current is None:
-        return "missing"
+        return "missing", None
+    certificate, _ = current
+    return _renewal_reason(current, ca, fraction=fraction, identity=identity), certificate.not_valid_after_utc
+
+
+def _renewal_reason(
+    current: tuple[x509.Certificate, bytes], ca: authority.Authority, *, fraction: float, identity: str
+) -> str | None:
     certificate, bundle = current
     try:
         issued_to = pki_identity.runtime_of(certificate)
@@ -162,13 +188,15 @@ async def _rotate_runtime(
 ) -> None:
     identity = runtime.certificate_identity(settings.identity)
     async with await kube.api_client(runtime.kubeconfig) as runtime_api:
-        reason = await certificate_due(runtime_api, ca, fraction=settings.renew_fraction, identity=identity)
+        reason, expires = await certificate_due(runtime_api, ca, fraction=settings.renew_fraction, identity=identity)
         if reason is not None:
-            await deliver_certificate(
+            pair = await deliver_certificate(
                 runtime_api, ca, identity, runtime=runtime.name, lifetime=settings.certificate_lifetime
             )
             log.info("renewed runtime certificate", extra={"runtime": runtime.name, "reason": reason})
             report.certificates.append(runtime.name)
+            expires = pair.not_after
+        report.certificate_expires(expires)
     if settings.module_access is None:
         return
     for module, module_access in settings.module_access.modules.items():

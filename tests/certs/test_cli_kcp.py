@@ -1,5 +1,6 @@
 """kyma-certs as a process, with the CA in a KCP Secret, against real apiservers."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -41,12 +42,16 @@ def test_secret_store_issue_to_runtime_and_kubeconfig(
         kyma_certs(*kcp, "issue", "skr-1", "--to-runtime"),
         kyma_certs(*kcp, "kubeconfig", "keda", "skr-1", "--access", str(access_file)),
         kyma_certs(*kcp, "show"),
+        kyma_certs(*kcp, "rotate", "--once", "--access", str(access_file)),
     ]
     for step in steps:
         assert step.returncode == 0, step.stderr
     assert "kyma-system/kyma-watcher-certificate" in steps[1].stdout
     assert "kyma-sync-kubeconfigs/keda-kubeconfig-skr-1" in steps[2].stdout
     assert "Secret kcp-system/kyma-sync-ca-cli" in steps[3].stdout
+    report = json.loads(steps[4].stdout)
+    assert report["failures"] == {} and report["checked"] == report["total"] == len(registered_runtimes)
+    assert f"{len(registered_runtimes)}/{len(registered_runtimes)} runtimes checked" in steps[4].stderr
 
 
 def test_unknown_runtime_and_module_are_named(

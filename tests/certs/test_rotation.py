@@ -138,6 +138,9 @@ async def test_the_rotation_loop_reports_passes_renewals_and_failures_as_metrics
     assert sample("kyma_certs_rotation_runtimes") == len(registered_runtimes)
     assert (sample("kyma_certs_rotation_last_success_timestamp_seconds") or 0) > 0
     assert sample("kyma_certs_rotation_runtime_failures_total") == 0
+    assert (sample("kyma_certs_rotation_last_pass_timestamp_seconds") or 0) > 0
+    expiry = sample("kyma_certs_certificate_earliest_expiry_timestamp_seconds") or 0
+    assert 0 < expiry - datetime.datetime.now(datetime.UTC).timestamp() <= 3600, "the one-hour certificates issued"
 
 
 @contextlib.asynccontextmanager
@@ -202,6 +205,7 @@ async def test_a_master_kubeconfig_rotated_by_another_component_is_used_without_
             await eventually(
                 lambda: bool(sample("kyma_certs_rotation_passes_total", {"outcome": "ok"})), what="recovered"
             )
+            assert (sample("kyma_certs_rotation_last_pass_timestamp_seconds") or 0) > 0, "failing passes count too"
     finally:
         await kube.request(kcp_api, "DELETE", kube.SECRETS.object_path(wire.KCP_NAMESPACE, secret))
     assert (sample("kyma_certs_rotation_last_success_timestamp_seconds") or 0) > 0
@@ -279,4 +283,4 @@ async def test_an_unreadable_master_kubeconfig_fails_its_runtime_without_quoting
     finally:
         await kube.request(kcp_api, "DELETE", kube.SECRETS.object_path(wire.KCP_NAMESPACE, "kubeconfig-broken"))
     assert "valid YAML at line 2" in report.failures["skr-broken"]
-    assert "SUPERSECRETTOKEN" not in json.dumps(dataclasses.asdict(report))
+    assert "SUPERSECRETTOKEN" not in json.dumps(dataclasses.asdict(report), default=str)
