@@ -325,6 +325,10 @@ class Bus:
         except _NATS_ERRORS as exc:
             raise BusUnavailableError(f"cannot create/update stream {settings.name}: {exc}") from exc
 
+    def refusal_about(self, token: str) -> str | None:
+        """Why NATS last refused this identity something on a subject with ``token`` among its parts, if it did."""
+        return self._events.violation_about(token)
+
     async def stream_usage(self, name: str) -> StreamUsage:
         try:
             info = await self._js.stream_info(name)

@@ -58,7 +58,7 @@ def reconciler(identity: str, *, durable_prefix: str, modules: tuple[str, ...]) 
         )
     ]
     return Permissions(
-        # Stream info: the fill of the stream for the stream-near-limit alert (counts and limits, no messages).
+        # Stream info: the fill of the stream for the stream-near-limit alert (config and state, no messages).
         publish=(*consumers, f"{_API}.STREAM.INFO.{wire.STREAM_NAME}", subjects.DEAD_LETTER_SUBJECTS),
         subscribe=(f"{inbox_prefix(identity)}.>",),
     )

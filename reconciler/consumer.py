@@ -323,17 +323,31 @@ async def _report_backlog(
     Best effort on its own task: an identity without stream-info permission (granted by kyma-eventbus
     since this metric exists) only loses the stream gauges, never a delivery.
     """
+    stream_info_allowed = True
     while not await aio.sleep_unless(stop, settings.backlog_report_seconds):
         try:
             backlog = await pull.backlog()
             metrics.pending.labels(settings.durable).set(backlog.pending)
             metrics.ack_pending.labels(settings.durable).set(backlog.ack_pending)
-            usage = await connection.stream_usage(settings.stream)
-            metrics.stream_messages.labels(settings.stream).set(usage.messages)
-            metrics.stream_bytes.labels(settings.stream).set(usage.bytes)
-            metrics.stream_max_bytes.labels(settings.stream).set(usage.max_bytes)
+            if stream_info_allowed:
+                usage = await connection.stream_usage(settings.stream)
+                metrics.stream_messages.labels(settings.stream).set(usage.messages)
+                metrics.stream_bytes.labels(settings.stream).set(usage.bytes)
+                metrics.stream_max_bytes.labels(settings.stream).set(usage.max_bytes)
         except bus.BusUnavailableError as exc:
-            log.debug("backlog not reported", extra={"durable": settings.durable, "error": str(exc)})
+            refusal = connection.refusal_about("INFO")
+            if stream_info_allowed and refusal is not None and f"STREAM.INFO.{settings.stream}" in refusal:
+                stream_info_allowed = False  # asked once per connection: a configuration to fix, not an outage
+                log.warning(
+                    "NATS refuses the stream's info to the reconciler: regenerate the server configuration "
+                    "(kyma-eventbus server-config) to grant it; until then the stream-fill gauges and the "
+                    "stream-near-limit alert are blind",
+                    extra={"durable": settings.durable, "stream": settings.stream, "error": refusal},
+                )
+            else:
+                log.debug("backlog not reported", extra={"durable": settings.durable, "error": str(exc)})
+        except Exception:  # the gauges are best effort; a surprise here must not go unseen, nor stop them
+            log.exception("backlog report failed", extra={"durable": settings.durable})
 
 
 async def _pull(

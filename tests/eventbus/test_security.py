@@ -102,6 +102,11 @@ async def test_the_listener_may_publish_events_and_nothing_else(connect: Connect
     sneak = js.pull_subscribe("kyma.events.>", durable="sneak", stream=wire.STREAM_NAME)
     assert await refused(sneak, complaints, "sneak")
     assert await refused(js.add_stream(name="ROGUE", subjects=["rogue.>"]), complaints, "STREAM.CREATE.ROGUE")
+    info = await js.stream_info(wire.STREAM_NAME)  # its fill, for the stream-near-limit alert
+    assert info.config.name == wire.STREAM_NAME
+    dead_letters = js.stream_info(wire.DEAD_LETTER_STREAM_NAME)
+    assert await refused(dead_letters, complaints, f"STREAM.INFO.{wire.DEAD_LETTER_STREAM_NAME}")
+    assert await refused(js.get_msg(wire.STREAM_NAME, 1), complaints, "STREAM.MSG.GET")
     assert await refused(js.delete_stream(wire.STREAM_NAME), complaints, f"STREAM.DELETE.{wire.STREAM_NAME}")
     await listener.subscribe("kyma.events.>")
     await listener.flush()
