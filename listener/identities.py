@@ -10,6 +10,7 @@ a cache of KCP's Kyma CRs (read-only; the only KCP access the listener then need
 from typing import Protocol
 
 from clients import informer
+from contract import errors as contract_errors
 from contract import ids, wire
 from listener import errors
 
@@ -64,9 +65,13 @@ class ByRuntimeId:
         names = self._names.get(identity, set())
         if not names:
             raise errors.Forbidden(f"no Kyma in KCP carries {wire.RUNTIME_ID_LABEL}={identity}")
-        if len(names) > 1:
+        if len(names) > 1:  # the names stay out of the answer: it goes to the runtime
             raise errors.Forbidden(
-                f"{len(names)} Kymas carry {wire.RUNTIME_ID_LABEL}={identity} ({sorted(names)}): which one it is "
-                "is not the listener's to guess"
+                f"{len(names)} Kymas carry {wire.RUNTIME_ID_LABEL}={identity} (kubectl get kymas -l "
+                f"{wire.RUNTIME_ID_LABEL}={identity}): which one it is, is not the listener's to guess"
             )
-        return ids.runtime_id(next(iter(names)))
+        [name] = names
+        try:
+            return ids.runtime_id(name)
+        except contract_errors.InvalidNameError as exc:
+            raise errors.Forbidden(f"the Kyma carrying {wire.RUNTIME_ID_LABEL}={identity}: {exc}") from exc

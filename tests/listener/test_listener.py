@@ -529,7 +529,7 @@ async def test_with_runtime_id_identities_the_certificate_names_a_kyma_by_its_la
             await wait_ready(bound)
             by_id = runtime_pki.client_context(runtime_pki.runtime_cert(runtime_id))
             named = await post(bound.events_url, by_id, events.encode(make_event(kyma, uid="by-id")))
-            as_the_id = await post(bound.events_url, by_id, events.encode(make_event(runtime_id[:8], uid="raw")))
+            as_the_id = await post(bound.events_url, by_id, events.encode(make_event(runtime_id, uid="raw")))
             unknown = runtime_pki.client_context(runtime_pki.runtime_cert(str(uuid.uuid4())))
             stranger = await post(bound.events_url, unknown, events.encode(make_event(kyma, uid="stranger")))
     finally:
