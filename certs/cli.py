@@ -222,6 +222,8 @@ async def _execute(args: argparse.Namespace, store: stores.Store, kcp: kube.ApiC
         await management.setup()
         try:
             await web.TCPSite(management, "0.0.0.0", args.management_port).start()
+            host, port = management.addresses[0][:2]
+            print(f"kyma-certs: /metrics, /healthz, /readyz at http://{host}:{port}", file=sys.stderr)
             await rotation.run(
                 kcp=kcp,
                 store=store,

@@ -169,6 +169,7 @@ async def _accept_heartbeat(request: web.Request, state: ListenerState, span: tr
     if beat.runtime != runtime:
         raise errors.Forbidden(f"the certificate of runtime {runtime} cannot send heartbeats of runtime {beat.runtime}")
     state.metrics.heartbeat.labels(runtime).set_to_current_time()
+    state.metrics.watcher_queue_depth.labels(runtime).set(beat.queue_depth)
     return web.Response(status=204)
 
 

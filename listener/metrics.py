@@ -34,3 +34,9 @@ class ListenerMetrics:
             ["runtime"],
             registry=registry,
         )
+        self.watcher_queue_depth = Gauge(
+            "kyma_listener_runtime_watcher_queue_depth",
+            "Objects waiting in the runtime's watcher for delivery, as its last heartbeat said (a watcher falling behind)",
+            ["runtime"],
+            registry=registry,
+        )

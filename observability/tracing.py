@@ -7,7 +7,8 @@ Configuration is OpenTelemetry's own: ``OTEL_TRACES_EXPORTER`` (otlp, console, n
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (OTLP over HTTP/protobuf),
 ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``,
 ``OTEL_TRACES_SAMPLER`` and ``OTEL_SDK_DISABLED`` mean what they mean for every other service a
-platform team runs. One deliberate difference: with no exporter named and no OTLP endpoint set,
+platform team runs (``OTEL_TRACES_EXPORTER`` may list several; the OTLP protocol is http/protobuf,
+and a process told to use another says so rather than sending HTTP to a gRPC port). One deliberate difference: with no exporter named and no OTLP endpoint set,
 nothing is exported (the standard default, otlp to localhost:4318, would only log connection
 errors in a cluster without a collector).
 """
@@ -30,29 +31,35 @@ class TracingConfigError(ValueError):
     """An OTEL_* variable names something this process cannot do."""
 
 
-def exporter_from_environment(environ: Mapping[str, str] = os.environ) -> Exporter:
-    """The exporter the standard variables ask for (see the module text for the one difference)."""
+def exporters_from_environment(environ: Mapping[str, str] = os.environ) -> tuple[Exporter, ...]:
+    """The exporters the standard variables ask for (see the module text for the one difference)."""
     if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return "none"
-    named = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+        return ()
+    protocol = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+    if protocol and protocol.strip() != "http/protobuf":
+        raise TracingConfigError(
+            f"OTLP protocol {protocol!r}: this process exports OTLP over HTTP (http/protobuf, port 4318 by convention)"
+        )
+    named = [n.strip().lower() for n in environ.get("OTEL_TRACES_EXPORTER", "").split(",") if n.strip()]
     if not named:
-        return "otlp" if any(environ.get(variable) for variable in _OTLP_ENDPOINTS) else "none"
-    if named not in EXPORTERS:
-        raise TracingConfigError(f"OTEL_TRACES_EXPORTER={named!r}: this process exports to one of {EXPORTERS}")
-    return named
+        return ("otlp",) if any(environ.get(variable) for variable in _OTLP_ENDPOINTS) else ()
+    unknown = [n for n in named if n not in EXPORTERS]
+    if unknown:
+        raise TracingConfigError(f"OTEL_TRACES_EXPORTER names {unknown}: this process exports to {EXPORTERS}")
+    return tuple(dict.fromkeys(n for n in named if n != "none"))  # type: ignore[misc]  # checked just above
 
 
 def configure(
     *, service_name: str, exporter: Exporter | None = None, environ: Mapping[str, str] = os.environ
 ) -> TracerProvider:
     """Install the process's TracerProvider; ``exporter`` None means: as the environment says."""
-    chosen = exporter_from_environment(environ) if exporter is None else exporter
+    chosen = exporters_from_environment(environ) if exporter is None else (exporter,)
     # OTEL_SERVICE_NAME, when set, names the service (the resource detector reads it).
     attributes = {} if environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: service_name}
     provider = TracerProvider(resource=Resource.create(attributes))
-    if chosen == "console":
+    if "console" in chosen:
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
-    elif chosen == "otlp":
+    if "otlp" in chosen:
         # Imported here: protobuf and the HTTP client load only in processes that export.
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 

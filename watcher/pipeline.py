@@ -54,9 +54,12 @@ async def _heartbeat(
 ) -> None:
     """While leading: one heartbeat now, then every ``every`` seconds (a silent runtime alerts in KCP)."""
     while not stop.is_set():
-        await sender.heartbeat(
-            events.Heartbeat(runtime=ids.RuntimeId(runtime), sent_at=datetime.now(UTC), queue_depth=queue.depth)
-        )
+        try:
+            await sender.heartbeat(
+                events.Heartbeat(runtime=ids.RuntimeId(runtime), sent_at=datetime.now(UTC), queue_depth=queue.depth)
+            )
+        except Exception:  # best effort: a heartbeat's surprise must never end the delivery of events beside it
+            log.exception("heartbeat failed")
         if await aio.sleep_unless(stop, every):
             return
 

@@ -495,6 +495,7 @@ async def test_a_heartbeat_marks_the_runtime_alive_and_only_its_own(listener: se
     assert samples['kyma_listener_runtime_heartbeat_timestamp_seconds{runtime="skr-1"}'] >= before - 1
     text = await _metrics_text(listener)
     assert 'kyma_listener_heartbeats_total{outcome="accepted"} 1.0' in text
+    assert 'kyma_listener_runtime_watcher_queue_depth{runtime="skr-1"} 0.0' in text
     assert 'kyma_listener_requests_total{outcome="accepted"}' not in text, "heartbeats are not counted as events"
 
 

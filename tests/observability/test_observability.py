@@ -4,6 +4,7 @@ import importlib.metadata
 import io
 import json
 import logging
+from pathlib import Path
 
 import pytest
 from opentelemetry import trace
@@ -36,24 +37,33 @@ def test_a_log_line_inside_a_span_carries_its_trace_and_span_ids() -> None:
 @pytest.mark.parametrize(
     ("environ", "expected"),
     [
-        ({}, "none"),
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, "otlp"),
-        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, "otlp"),
-        ({"OTEL_TRACES_EXPORTER": "console"}, "console"),
-        ({"OTEL_TRACES_EXPORTER": "otlp"}, "otlp"),
-        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, "none"),
-        ({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, "none"),
+        ({}, ()),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, ("otlp",)),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, ("otlp",)),
+        ({"OTEL_TRACES_EXPORTER": "console"}, ("console",)),
+        ({"OTEL_TRACES_EXPORTER": "otlp,console"}, ("otlp", "console")),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, ()),
+        ({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, ()),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_TRACES_EXPORTER": "otlp"}, ("otlp",)),
     ],
 )
-def test_the_exporter_is_what_the_standard_variables_say(environ: dict[str, str], expected: str) -> None:
-    assert tracing.exporter_from_environment(environ) == expected
+def test_the_exporters_are_what_the_standard_variables_say(environ: dict[str, str], expected: tuple[str, ...]) -> None:
+    assert tracing.exporters_from_environment(environ) == expected
 
 
-def test_an_exporter_we_do_not_have_is_a_configuration_error() -> None:
-    with pytest.raises(tracing.TracingConfigError, match="zipkin"):
-        tracing.exporter_from_environment({"OTEL_TRACES_EXPORTER": "zipkin"})
+@pytest.mark.parametrize(
+    ("environ", "named"),
+    [
+        ({"OTEL_TRACES_EXPORTER": "zipkin"}, "zipkin"),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"}, "grpc"),
+    ],
+)
+def test_what_this_process_cannot_do_is_a_configuration_error(environ: dict[str, str], named: str) -> None:
+    with pytest.raises(tracing.TracingConfigError, match=named):
+        tracing.exporters_from_environment(environ)
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the process collector reads /proc (Linux)")
 def test_every_component_registry_exports_process_metrics() -> None:
     registry = metrics.component_registry()
     assert (registry.get_sample_value("process_resident_memory_bytes") or 0) > 0

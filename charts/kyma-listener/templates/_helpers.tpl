@@ -44,8 +44,8 @@ X-Forwarded-Client-Cert
 {{- end }}
 
 {{/* The paths watchers use on the events port (contract.wire EVENTS_PATH, HEARTBEAT_PATH); routes
-that look at HTTP (forward-client-cert mode) route exactly these. The upstream runtime-watcher's
-/v2/<component>/event is not among them: this chart configures no upstream_components. */}}
+that look at HTTP (forward-client-cert mode) route exactly these, and the upstream runtime-watcher's
+/v2/<component>/event only while upstreamComponents maps a component (a migration). */}}
 {{- define "kyma-listener.paths" -}}
 {{- $paths := list "/v1/events" "/v1/heartbeat" }}
 {{- if .Values.upstreamComponents }}
