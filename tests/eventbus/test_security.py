@@ -101,12 +101,8 @@ async def test_the_listener_may_publish_events_and_nothing_else(connect: Connect
     assert ack.stream == wire.STREAM_NAME
     sneak = js.pull_subscribe("kyma.events.>", durable="sneak", stream=wire.STREAM_NAME)
     assert await refused(sneak, complaints, "sneak")
+    assert await refused(js.stream_info(wire.STREAM_NAME), complaints, f"STREAM.INFO.{wire.STREAM_NAME}")
     assert await refused(js.add_stream(name="ROGUE", subjects=["rogue.>"]), complaints, "STREAM.CREATE.ROGUE")
-    info = await js.stream_info(wire.STREAM_NAME)  # its fill, for the stream-near-limit alert
-    assert info.config.name == wire.STREAM_NAME
-    dead_letters = js.stream_info(wire.DEAD_LETTER_STREAM_NAME)
-    assert await refused(dead_letters, complaints, f"STREAM.INFO.{wire.DEAD_LETTER_STREAM_NAME}")
-    assert await refused(js.get_msg(wire.STREAM_NAME, 1), complaints, "STREAM.MSG.GET")
     assert await refused(js.delete_stream(wire.STREAM_NAME), complaints, f"STREAM.DELETE.{wire.STREAM_NAME}")
     await listener.subscribe("kyma.events.>")
     await listener.flush()
@@ -152,6 +148,11 @@ async def test_the_reconciler_uses_only_its_own_durables(connect: Connect) -> No
     )
     assert await refused(other_module, complaints, "kyma.events.other")
     assert await refused(js.add_stream(name="ROGUE", subjects=["rogue.>"]), complaints, "STREAM.CREATE.ROGUE")
+    info = await js.stream_info(wire.STREAM_NAME)  # its fill, for the stream-near-limit alert
+    assert info.config.name == wire.STREAM_NAME
+    dead_letters = js.stream_info(wire.DEAD_LETTER_STREAM_NAME)
+    assert await refused(dead_letters, complaints, f"STREAM.INFO.{wire.DEAD_LETTER_STREAM_NAME}")
+    assert await refused(js.get_msg(wire.STREAM_NAME, 1), complaints, "STREAM.MSG.GET")
 
 
 async def test_a_reconciler_denied_its_durable_says_so(bare_nats: nats_mod.NatsServer) -> None:
