@@ -30,6 +30,16 @@ from .conftest import runtime_id_of
 pytestmark = pytest.mark.integration
 
 
+HOURLY = rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1))
+"""One-hour certificates: short enough to tell a renewal, long enough not to be due within a test."""
+
+
+async def _fresh_store(tmp_path: Path) -> stores.Store:
+    store = stores.DirectoryStore(tmp_path / "ca")
+    await store.write(authority.Authority.create("ca").to_files())
+    return store
+
+
 async def runtime_certificate(api: kube.ApiClient) -> pki.KeyPair:
     secret = await kube.request(
         api, "GET", kube.SECRETS.object_path(rotation.RUNTIME_SECRET_NAMESPACE, rotation.RUNTIME_SECRET_NAME)
@@ -43,9 +53,8 @@ async def test_rotation_delivers_then_renews_only_what_is_due(
     kcp_api: kube.ApiClient, skr_api: kube.ApiClient, registered_runtimes: list[str], tmp_path: Path
 ) -> None:
     """First pass writes every runtime's Secret; a second renews nothing; after a CA rotation all are re-issued."""
-    store = stores.DirectoryStore(tmp_path / "ca")
-    await store.write(authority.Authority.create("ca").to_files())
-    settings_ = rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1))
+    store = await _fresh_store(tmp_path)
+    settings_ = HOURLY
     told: list[str] = []
     first = await rotation.rotate_once(
         kcp=kcp_api, store=store, settings=settings_, progress=lambda report: told.append(report.progress())
@@ -129,8 +138,7 @@ async def test_the_rotation_loop_reports_passes_renewals_and_failures_as_metrics
     kcp_api: kube.ApiClient, registered_runtimes: list[str], tmp_path: Path
 ) -> None:
     """What the rotation-failing and rotation-late alerts read: passes by outcome, the last good pass, renewals."""
-    store = stores.DirectoryStore(tmp_path / "ca")
-    await store.write(authority.Authority.create("ca").to_files())
+    store = await _fresh_store(tmp_path)
     async with rotating(kcp_api, store, interval=3600) as metrics:
         sample = metrics.registry.get_sample_value
         await eventually(lambda: bool(sample("kyma_certs_rotation_passes_total", {"outcome": "ok"})), what="a pass")
@@ -154,7 +162,7 @@ async def rotating(
         rotation.run(
             kcp=kcp,
             store=store,
-            settings=rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1)),
+            settings=HOURLY,
             interval=interval,
             stop=stop,
             metrics=metrics,
@@ -182,8 +190,7 @@ async def test_a_master_kubeconfig_rotated_by_another_component_is_used_without_
     landscape: landscape_mod.Landscape, kcp_api: kube.ApiClient, registered_runtimes: list[str], tmp_path: Path
 ) -> None:
     """Seed 002: the Secret is rewritten by someone else; the running loop fails on the old one, then uses the new."""
-    store = stores.DirectoryStore(tmp_path / "ca")
-    await store.write(authority.Authority.create("ca").to_files())
+    store = await _fresh_store(tmp_path)
     stale = kubeconfigs.build(
         cluster="gone",
         server=f"https://127.0.0.1:{net.free_port()}",
@@ -216,9 +223,8 @@ async def test_the_runtime_id_can_be_the_certificate_identity_and_switching_to_i
 ) -> None:
     """Upstream lifecycle-manager's identity (the Kyma's kyma-project.io/runtime-id) or ours (the Kyma name); a
     master kubeconfig Secret whose own runtime-id label disagrees with its Kyma fails that runtime."""
-    store = stores.DirectoryStore(tmp_path / "ca")
-    await store.write(authority.Authority.create("ca").to_files())
-    by_name = rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1))
+    store = await _fresh_store(tmp_path)
+    by_name = HOURLY
     await rotation.rotate_once(kcp=kcp_api, store=store, settings=by_name)
     skr = identity.runtime_of((await runtime_certificate(skr_api)).certificate)
     assert skr in registered_runtimes
@@ -242,8 +248,7 @@ async def test_two_master_secrets_for_one_runtime_fail_that_runtime_only(
     landscape: landscape_mod.Landscape, kcp_api: kube.ApiClient, registered_runtimes: list[str], tmp_path: Path
 ) -> None:
     """Which of two kubeconfigs is the runtime's is not ours to guess: that runtime fails, the others rotate."""
-    store = stores.DirectoryStore(tmp_path / "ca")
-    await store.write(authority.Authority.create("ca").to_files())
+    store = await _fresh_store(tmp_path)
     kubeconfig = next(iter(landscape.runtimes.values())).admin_kubeconfig()
     twins = ["kubeconfig-twin-a", "kubeconfig-twin-b"]
     for name in twins:
@@ -252,7 +257,7 @@ async def test_two_master_secrets_for_one_runtime_fail_that_runtime_only(
         report = await rotation.rotate_once(
             kcp=kcp_api,
             store=store,
-            settings=rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1)),
+            settings=HOURLY,
         )
     finally:
         for name in twins:
@@ -265,8 +270,7 @@ async def test_an_unreadable_master_kubeconfig_fails_its_runtime_without_quoting
     kcp_api: kube.ApiClient, registered_runtimes: list[str], tmp_path: Path
 ) -> None:
     """YAML errors quote the offending line; of a kubeconfig that line may be a token: only where it broke is told."""
-    store = stores.DirectoryStore(tmp_path / "ca")
-    await store.write(authority.Authority.create("ca").to_files())
+    store = await _fresh_store(tmp_path)
     await stores.write_secret(
         kcp_api,
         namespace=wire.KCP_NAMESPACE,
@@ -278,7 +282,7 @@ async def test_an_unreadable_master_kubeconfig_fails_its_runtime_without_quoting
         report = await rotation.rotate_once(
             kcp=kcp_api,
             store=store,
-            settings=rotation.RotationSettings(certificate_lifetime=datetime.timedelta(hours=1)),
+            settings=HOURLY,
         )
     finally:
         await kube.request(kcp_api, "DELETE", kube.SECRETS.object_path(wire.KCP_NAMESPACE, "kubeconfig-broken"))

@@ -97,12 +97,7 @@ async def test_a_deletion_while_the_watcher_is_down_is_delivered_after_it_restar
     """
     watches = _synced_configmaps(kcp, selector="team=gone")
     path = f"/api/v1/namespaces/{kcp.runtime_namespace}/configmaps/cm-gone"
-    created = await kube.request(
-        kcp.skrs["skr-1"],
-        "POST",
-        f"/api/v1/namespaces/{kcp.runtime_namespace}/configmaps",
-        body={"metadata": {"name": "cm-gone", "labels": {"team": "gone"}}, "data": {"k": "v"}},
-    )
+    created = await _labelled_configmap(kcp, "cm-gone", team="gone")
     async with pipeline(watches, ["kyma-sync"]) as running:
         sent = running.watcher.metrics.registry.get_sample_value
         await eventually(
@@ -128,6 +123,16 @@ async def test_a_deletion_while_the_watcher_is_down_is_delivered_after_it_restar
             timeout=30,
             what="the deletion made while down stored",
         )
+
+
+async def _labelled_configmap(kcp: Kcp, name: str, *, team: str) -> dict[str, Any]:
+    """A ConfigMap a user creates in skr-1 (not synced), labelled for the test's watch."""
+    return await kube.request(
+        kcp.skrs["skr-1"],
+        "POST",
+        f"/api/v1/namespaces/{kcp.runtime_namespace}/configmaps",
+        body={"metadata": {"name": name, "labels": {"team": team}}, "data": {"k": "v"}},
+    )
 
 
 async def _stored_change(landscape: landscape_mod.Landscape, subject: str, uid: str, change: events.ChangeType) -> bool:
@@ -161,12 +166,7 @@ async def test_an_event_refused_for_its_module_is_sent_again_once_the_module_is_
     the change arrives, because the watcher did not checkpoint it as delivered."""
     module = f"late-{uuid.uuid4().hex[:6]}"
     watches = _synced_configmaps(kcp, module=module, selector="team=late")
-    await kube.request(
-        kcp.skrs["skr-1"],
-        "POST",
-        f"/api/v1/namespaces/{kcp.runtime_namespace}/configmaps",
-        body={"metadata": {"name": "cm-late", "labels": {"team": "late"}}, "data": {"k": "v"}},
-    )
+    await _labelled_configmap(kcp, "cm-late", team="late")
     async with pipeline(watches, ["kyma-sync"]) as running:
         refused = running.watcher.metrics.registry.get_sample_value
         await eventually(
