@@ -115,6 +115,16 @@ class ClusterObjects:
         path, _ = await self._path(ref)
         return await kube.merge_patch(self.api, path, patch, field_manager=self.field_manager)
 
+    async def set_finalizer(self, obj: dict[str, Any], finalizer: str, *, present: bool) -> dict[str, Any]:
+        """Add or remove ``finalizer`` on ``obj`` as it was read (its resourceVersion: ConflictError if it moved)."""
+        finalizers = list(obj["metadata"].get("finalizers") or [])
+        if (finalizer in finalizers) == present:
+            return obj
+        updated = [*finalizers, finalizer] if present else [f for f in finalizers if f != finalizer]
+        return await self.merge_patch(
+            Ref.of(obj), {"metadata": {"finalizers": updated, "resourceVersion": obj["metadata"]["resourceVersion"]}}
+        )
+
     async def list(
         self, api_version: str, kind: str, *, namespace: str | None, label_selector: str | None
     ) -> list[dict[str, Any]]:

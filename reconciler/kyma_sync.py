@@ -1,12 +1,22 @@
 """The Kyma CR: KCP's Kyma of a runtime is kept in the runtime as kyma-system/default.
 
-Created when missing. ``spec.modules`` is a list-map keyed by module name, and the reconciler
-applies only KCP's modules under its own field manager: modules a user added in the runtime are
-owned by the user's manager and stay, and KCP's stay however the user edits the list — the
-runtime holds the union, and neither side overwrites the other. KCP's status is written to the
-runtime's status subresource.
+As lifecycle-manager does (seed 004):
+- **Created when missing, protected by a finalizer.** A user deleting it gets it back at once: the
+  reconciler (woken by the watcher's event of the deletion) lets the old one go and creates a new.
+- **Removed when KCP's Kyma goes** (only one the reconciler created, carrying the synced-by label).
+- **Modules are the union.** ``spec.modules`` is a list-map keyed by module name and the reconciler
+  applies only KCP's modules under its own field manager: modules a user added in the runtime are
+  owned by the user's manager and stay, and KCP's stay however the user edits the list — neither side
+  overwrites the other. The union is reported in KCP's Kyma as ``status.runtimeModules`` (name and
+  which side asked for it).
+- **The channel is KCP's when the runtime Kyma is created; afterwards the runtime's choice stands**
+  (upstream: the runtime spec is the source of truth after creation). The reconciler keeps applying
+  the channel the runtime Kyma has, conditionally on its resourceVersion, so a user's change is never
+  overwritten by a stale read.
+- KCP's status is written to the runtime's status subresource.
 """
 
+import logging
 from typing import Any
 
 from clients import kube, objects
@@ -14,8 +24,15 @@ from contract import ids, wire
 from reconciler import crds, per_runtime, runtime_clients, settings, workqueue
 from reconciler.shared import Shared
 
+log = logging.getLogger(__name__)
+
 RUNTIME_NAMESPACE = "kyma-system"
 RUNTIME_NAME = "default"
+RUNTIME_REF = objects.Ref(crds.KYMA.api_version, "Kyma", RUNTIME_NAMESPACE, RUNTIME_NAME)
+
+
+class StillTerminatingError(Exception):
+    """The deleted runtime Kyma waits for other finalizers than ours: it is recreated once gone."""
 
 
 class KymaController(per_runtime.PerRuntimeController):
@@ -24,39 +41,102 @@ class KymaController(per_runtime.PerRuntimeController):
 
     def __init__(self, shared: Shared, config: settings.PerRuntimeSettings, *, events_module: str) -> None:
         super().__init__(shared, config, name="kyma", events_module=events_module)
+        self._kcp_objects = objects.ClusterObjects(shared.kcp, field_manager=wire.RECONCILER_FIELD_MANAGER)
 
     async def reconcile(self, runtime: ids.RuntimeId) -> workqueue.Result:
         kyma = self.shared.kyma(runtime)
-        if kyma is None:
-            return workqueue.Result()
         try:
             handle = await self.shared.clients.get(runtime)
+        except runtime_clients.RuntimeUnavailableError as exc:
+            return workqueue.Result() if kyma is None else self.failed(runtime, exc)  # gone and unreachable: done
+        try:
+            if kyma is None:
+                await self._remove(handle.objects, runtime)
+                return workqueue.Result()
             await self.prepare(handle, definitions=[crds.kyma_crd()], namespace=RUNTIME_NAMESPACE)
-            await self._sync(handle.objects, kyma)
-        except (runtime_clients.RuntimeUnavailableError, kube.KubeError, objects.UnknownKindError) as exc:
+            current = await self._let_a_deleted_one_go(handle.objects)
+            applied = await self._sync(handle.objects, kyma, current)
+            await self._report_union(kyma, applied)
+        except (
+            runtime_clients.RuntimeUnavailableError,
+            kube.KubeError,
+            objects.UnknownKindError,
+            StillTerminatingError,
+        ) as exc:
             return self.failed(runtime, exc)
         return workqueue.Result()
 
-    async def _sync(self, cluster: objects.ClusterObjects, kyma: dict[str, Any]) -> None:
+    async def _let_a_deleted_one_go(self, cluster: objects.ClusterObjects) -> dict[str, Any] | None:
+        """The runtime Kyma, or None when there is none — or there was one a user deleted, now let go."""
+        current = await cluster.get(RUNTIME_REF)
+        if current is None or not current["metadata"].get("deletionTimestamp"):
+            return current
+        log.info("runtime Kyma deleted by a user: recreating it")
+        await cluster.set_finalizer(current, wire.RUNTIME_KYMA_FINALIZER, present=False)
+        still = await cluster.get(RUNTIME_REF)
+        if still is not None:
+            raise StillTerminatingError(
+                "the deleted runtime Kyma waits for other finalizers; recreated once it is gone"
+            )
+        return None
+
+    async def _sync(
+        self, cluster: objects.ClusterObjects, kyma: dict[str, Any], current: dict[str, Any] | None
+    ) -> dict[str, Any]:
         spec = kyma.get("spec") or {}
-        desired_spec = {key: value for key, value in spec.items() if key in ("channel", "modules")}
-        metadata = {
+        current_channel = ((current or {}).get("spec") or {}).get("channel")
+        desired_spec: dict[str, Any] = {"modules": spec.get("modules") or []}
+        channel = current_channel or spec.get("channel")
+        if channel:
+            desired_spec["channel"] = channel
+        metadata: dict[str, Any] = {
             "name": RUNTIME_NAME,
             "namespace": RUNTIME_NAMESPACE,
             "labels": {wire.SYNCED_LABEL: wire.SYNCED_VALUE},
+            "finalizers": [wire.RUNTIME_KYMA_FINALIZER],
         }
-        api_version = crds.KYMA.api_version
-        await cluster.apply({"apiVersion": api_version, "kind": self.kind, "metadata": metadata, "spec": desired_spec})
+        if current is not None:  # conditional: a channel a user set meanwhile is not overwritten with what we read
+            metadata["resourceVersion"] = current["metadata"]["resourceVersion"]
+        applied = await cluster.apply(
+            {"apiVersion": RUNTIME_REF.api_version, "kind": self.kind, "metadata": metadata, "spec": desired_spec}
+        )
         status = kyma.get("status")
-        if status:
-            current = await cluster.get(objects.Ref(api_version, self.kind, RUNTIME_NAMESPACE, RUNTIME_NAME))
-            if (current or {}).get("status") != status:
-                await cluster.apply(
-                    {
-                        "apiVersion": api_version,
-                        "kind": self.kind,
-                        "metadata": {"name": RUNTIME_NAME, "namespace": RUNTIME_NAMESPACE},
-                        "status": status,
-                    },
-                    subresource="status",
-                )
+        if status and applied.get("status") != status:
+            applied = await cluster.apply(
+                {
+                    "apiVersion": RUNTIME_REF.api_version,
+                    "kind": self.kind,
+                    "metadata": {"name": RUNTIME_NAME, "namespace": RUNTIME_NAMESPACE},
+                    "status": status,
+                },
+                subresource="status",
+            )
+        return applied
+
+    async def _report_union(self, kyma: dict[str, Any], runtime_kyma: dict[str, Any]) -> None:
+        """KCP's Kyma shows every module the runtime has, and which side asked for it."""
+        from_kcp = {m["name"] for m in (kyma.get("spec") or {}).get("modules") or []}
+        union = [
+            {"name": m["name"], "source": "kcp" if m["name"] in from_kcp else "runtime"}
+            for m in (runtime_kyma.get("spec") or {}).get("modules") or []
+        ]
+        if (kyma.get("status") or {}).get("runtimeModules") == union:
+            return
+        await self._kcp_objects.apply(
+            {
+                "apiVersion": crds.KYMA.api_version,
+                "kind": self.kind,
+                "metadata": {"name": kyma["metadata"]["name"], "namespace": kyma["metadata"]["namespace"]},
+                "status": {"runtimeModules": union},
+            },
+            subresource="status",
+        )
+
+    async def _remove(self, cluster: objects.ClusterObjects, runtime: str) -> None:
+        """KCP's Kyma is gone: the runtime Kyma we created goes too (never one we did not create)."""
+        current = await cluster.get(RUNTIME_REF)
+        if current is None or (current["metadata"].get("labels") or {}).get(wire.SYNCED_LABEL) != wire.SYNCED_VALUE:
+            return
+        log.info("KCP's Kyma is gone: removing the runtime Kyma", extra={"runtime": runtime})
+        released = await cluster.set_finalizer(current, wire.RUNTIME_KYMA_FINALIZER, present=False)
+        await cluster.delete(RUNTIME_REF, preconditions=kube.Preconditions(released["metadata"]["uid"]))

@@ -146,9 +146,9 @@ class MirrorController(controller.Controller[Key]):
             ):
                 log.info("deleted mirror", extra={"runtime": key.runtime, "object": mirror_ref.name})
             if source is not None and await self._kcp.get(mirror_ref) is None:
-                await self._set_finalizers(handle.objects, source_ref, source, present=False)
+                await handle.objects.set_finalizer(source, FINALIZER, present=False)
             return workqueue.Result()
-        await self._set_finalizers(handle.objects, source_ref, source, present=True)
+        await handle.objects.set_finalizer(source, FINALIZER, present=True)
         await self._ensure_namespace(mirror_ref.namespace or "")
         mirror = await self._kcp.get(mirror_ref)
         if not _newer_recorded(mirror, source):
@@ -184,17 +184,6 @@ class MirrorController(controller.Controller[Key]):
             },
             "spec": source.get("spec") or {},
         }
-
-    async def _set_finalizers(
-        self, cluster: objects.ClusterObjects, ref: objects.Ref, obj: dict[str, Any], *, present: bool
-    ) -> None:
-        finalizers = list(obj["metadata"].get("finalizers") or [])
-        if (FINALIZER in finalizers) == present:
-            return
-        updated = [*finalizers, FINALIZER] if present else [f for f in finalizers if f != FINALIZER]
-        await cluster.merge_patch(
-            ref, {"metadata": {"finalizers": updated, "resourceVersion": obj["metadata"]["resourceVersion"]}}
-        )
 
     async def _ensure_namespace(self, namespace: str) -> None:
         if namespace not in self._namespaces:

@@ -1,14 +1,17 @@
 """The Kyma CR: created in the runtime, modules are the union of both sides, status flows KCP -> SKR."""
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from clients import kube
+from contract import wire
+from devenv import landscape as landscape_mod
 from reconciler import crds
 
-from ..waiting import eventually
+from ..waiting import eventually, reconciles
 from .conftest import Kcp
 
 pytestmark = pytest.mark.integration
@@ -16,6 +19,17 @@ pytestmark = pytest.mark.integration
 KCP_KYMA = f"{crds.KYMA.path('kcp-system')}/skr-2"
 SKR_KYMA = f"{crds.KYMA.path('kyma-system')}/default"
 MERGE = "application/merge-patch+json"
+
+
+@pytest.fixture(autouse=True)
+async def no_runtime_kyma(kcp: Kcp) -> None:
+    """Each test starts without runtime Kymas (one object per runtime, shared by the tests)."""
+    for api in kcp.skrs.values():
+        try:
+            await kube.merge_patch(api, SKR_KYMA, {"metadata": {"finalizers": None}})
+            await kube.request(api, "DELETE", SKR_KYMA)
+        except kube.NotFoundError:
+            pass
 
 
 async def skr_modules(kcp: Kcp) -> set[str] | None:
@@ -63,3 +77,99 @@ async def test_kyma_modules_are_the_union_and_status_flows_down(kcp: Kcp, run_co
 
 async def _equals(value: Any, expected: set[str]) -> bool:
     return bool(await value == expected)
+
+
+async def _skr_kyma(kcp: Kcp, runtime: str) -> dict[str, Any] | None:
+    try:
+        return await kube.request(kcp.skrs[runtime], "GET", SKR_KYMA)
+    except kube.NotFoundError:
+        return None
+
+
+async def _channel(kcp: Kcp, runtime: str) -> str | None:
+    return ((await _skr_kyma(kcp, runtime) or {}).get("spec") or {}).get("channel")
+
+
+async def test_the_union_is_visible_in_kcp_and_the_runtimes_channel_choice_stands(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """KCP's status lists every module of the runtime and who asked for it; the channel is KCP's only at creation."""
+    await kube.request(kcp.api, "PATCH", KCP_KYMA, body={"spec": {"modules": [{"name": "keda"}]}}, content_type=MERGE)
+    async with run_controller(
+        kyma={"enabled": True, "resync_seconds": 1, "runtime_crds": "create-if-absent"}
+    ) as running:
+        await eventually(lambda: _equals(skr_modules(kcp), {"keda"}), what="Kyma in the runtime")
+        assert await _channel(kcp, "skr-2") == "regular", "KCP's channel when created"
+        await kube.request(
+            kcp.skrs["skr-2"],
+            "PATCH",
+            SKR_KYMA,
+            query=[("fieldManager", "kubectl")],
+            content_type=MERGE,
+            body={"spec": {"channel": "fast", "modules": [{"name": "keda"}, {"name": "istio"}]}},
+        )
+
+        async def union_in_kcp() -> bool:
+            status = (await kube.request(kcp.api, "GET", KCP_KYMA)).get("status") or {}
+            return status.get("runtimeModules") == [
+                {"name": "keda", "source": "kcp"},
+                {"name": "istio", "source": "runtime"},
+            ]
+
+        await eventually(union_in_kcp, what="the union in KCP's status")
+        await kube.request(kcp.api, "PATCH", KCP_KYMA, body={"spec": {"channel": "stable"}}, content_type=MERGE)
+        passes = reconciles(running.shared.registry, "kyma")
+        await eventually(lambda: reconciles(running.shared.registry, "kyma") >= passes + 3, what="three more passes")
+        assert await _channel(kcp, "skr-2") == "fast", "the runtime's choice stands after creation"
+
+
+async def test_a_runtime_kyma_deleted_by_a_user_is_back_at_once(
+    landscape: landscape_mod.Landscape,
+    kcp: Kcp,
+    run_controller: Callable[..., Any],
+    pipeline: Callable[..., Any],
+) -> None:
+    """Its finalizer turns the deletion into an event the watcher reports; the reconciler recreates it (the periodic
+    resync is an hour away here)."""
+    watches = [
+        {
+            "group": "operator.kyma-project.io",
+            "version": "v1beta2",
+            "resource": "kymas",
+            "namespaces": ["kyma-system"],
+            "label_selector": wire.SYNCED_SELECTOR,
+            "module": "kyma-sync",
+        }
+    ]
+    nats = (landscape.nats.url,)
+    settings = {"enabled": True, "resync_seconds": 3600, "runtime_crds": "create-if-absent"}
+    async with run_controller(kyma=settings, nats_servers=nats), pipeline(watches, ["kyma-sync"]):
+        await eventually(lambda: _has_finalizer(kcp, "skr-1"), what="the runtime Kyma, protected")
+        before = await _skr_kyma(kcp, "skr-1")
+        assert before is not None
+        deleted_at = asyncio.get_running_loop().time()
+        await kube.request(kcp.skrs["skr-1"], "DELETE", SKR_KYMA)
+
+        async def recreated() -> bool:
+            now = await _skr_kyma(kcp, "skr-1")
+            return now is not None and now["metadata"]["uid"] != before["metadata"]["uid"]
+
+        await eventually(recreated, timeout=20, what="the runtime Kyma recreated")
+        print(f"runtime Kyma back {asyncio.get_running_loop().time() - deleted_at:.2f}s after its deletion")
+        assert await _has_finalizer(kcp, "skr-1")
+
+
+async def _has_finalizer(kcp: Kcp, runtime: str) -> bool:
+    kyma = await _skr_kyma(kcp, runtime)
+    return kyma is not None and wire.RUNTIME_KYMA_FINALIZER in (kyma["metadata"].get("finalizers") or [])
+
+
+async def test_kcps_kyma_deleted_removes_the_runtime_kyma(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    async with run_controller(kyma={"enabled": True, "resync_seconds": 1, "runtime_crds": "create-if-absent"}):
+        await eventually(lambda: _has_finalizer(kcp, "skr-2"), what="the runtime Kyma")
+        await kube.request(kcp.api, "DELETE", KCP_KYMA)
+        await eventually(lambda: _gone(kcp, "skr-2"), what="the runtime Kyma removed")
+
+
+async def _gone(kcp: Kcp, runtime: str) -> bool:
+    return await _skr_kyma(kcp, runtime) is None
