@@ -50,6 +50,8 @@ KUBECONFIG_NAMESPACE = "kyma-sync-kubeconfigs"
 """Where minted module kubeconfigs go: apart from the master kubeconfigs, so that reading them
 (the reconcilers may) never grants reading a master kubeconfig (only kyma-certs may)."""
 RUNTIME_LABEL = "kyma-project.io/runtime"
+MIRROR_OPT_OUT_LABEL = "kyma-project.io/skip-mirror"
+"""On a runtime object of a mirrored kind: not mirrored (the watchers' selector is its absence)."""
 RUNTIME_KYMA_FINALIZER = "kyma-project.io/kyma-sync"
 """On the runtime's Kyma CR: a user's deletion is seen (and answered by recreating it), not just suffered."""
 RECORDS_OF_LABEL = "sync.kyma-project.io/records-of"

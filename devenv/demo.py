@@ -232,7 +232,7 @@ async def pipeline(running: landscape_mod.Landscape, kcp: kube.ApiClient, say: T
                                 "group": "cloud-resources.kyma-project.io",
                                 "version": "v1beta1",
                                 "resource": "vpcpeerings",
-                                "label_selector": "!kyma-project.io/skip-mirror",
+                                "label_selector": f"!{wire.MIRROR_OPT_OUT_LABEL}",
                                 "module": "cloud-manager",
                             },
                         ],

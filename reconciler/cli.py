@@ -23,6 +23,7 @@ from reconciler import (
     module_templates,
     settings,
     sync_controller,
+    watch_sets,
 )
 from reconciler.shared import Shared
 
@@ -87,6 +88,8 @@ def build_manager(
         )
     if config.kyma.enabled:
         controllers.append(kyma_sync.KymaController(shared, config.kyma, events_module=config.events_module))
+    if config.watch_sets.enabled:
+        controllers.append(watch_sets.WatchSetController(shared, config.watch_sets))
     return manager.Manager(shared, controllers)
 
 

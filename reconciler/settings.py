@@ -106,6 +106,19 @@ class PerRuntimeSettings(ControllerSettings):
     )
 
 
+class WatchSetSettings(ControllerSettings):
+    """Per runtime, the watcher's watch set derived in KCP (``reconciler.watch_sets``)."""
+
+    enabled: bool = Field(
+        default=False,
+        description="write each runtime's watch set (and a ClusterRole for it) into the runtime; the watcher follows "
+        "it when its configuration has central",
+    )
+    watcher_service_account: str = Field(
+        default="kyma-watcher", description="the watcher's ServiceAccount in kyma-system, granted the derived watches"
+    )
+
+
 class NatsSettings(_Section):
     """Where watcher events come from; without servers only KCP watches and the resync trigger reconciles."""
 
@@ -152,6 +165,7 @@ class ReconcilerSettings(_Section):
     mirror: MirrorSettings = MirrorSettings()
     module_templates: PerRuntimeSettings = PerRuntimeSettings()
     kyma: PerRuntimeSettings = PerRuntimeSettings()
+    watch_sets: WatchSetSettings = WatchSetSettings()
 
 
 def load(path: Path) -> ReconcilerSettings:

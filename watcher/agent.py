@@ -14,6 +14,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from clients import kube
+from contract import watch_sets
 from kit import aio
 from observability import endpoints
 from observability import metrics as observability_metrics
@@ -22,6 +23,8 @@ from watcher import config, lease, metrics, pipeline
 log = logging.getLogger(__name__)
 
 _CONFIG_POLL_SECONDS = 1.0
+_WATCH_SET_POLL_SECONDS = 3.0
+"""How often KCP's watch set is read from the runtime: a pause decided in KCP takes effect within seconds."""
 
 
 class Agent:
@@ -35,7 +38,9 @@ class Agent:
     ) -> None:
         self._config_path = config_path
         self._api = api
-        self.settings = config.load(config_path)
+        self._base = config.load(config_path)
+        self._watch_set: watch_sets.WatchSet | None = None
+        self.settings = self._base
         self.metrics = metrics.WatcherMetrics(registry or observability_metrics.component_registry())
         self.elector = lease.LeaderElector(api, self.settings.lease, identity=identity)
         self._reconfigured = asyncio.Event()
@@ -53,6 +58,8 @@ class Agent:
                 await web.TCPSite(runner, "0.0.0.0", self.settings.management_port).start()
                 host, port = runner.addresses[0][:2]
                 self.management_url = f"http://{host}:{port}"
+            await self._refresh_watch_set()  # lead with KCP's watch set from the start, when there is one
+            self._apply()
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._follow_config(stop=stop))
                 group.create_task(self.elector.run(stop=stop, lead=self._lead))
@@ -77,18 +84,46 @@ class Agent:
             self.metrics.leader.set(0)
 
     async def _follow_config(self, *, stop: asyncio.Event) -> None:
+        """Re-read the file when it changes and KCP's watch set every few seconds; restart the pipeline on a change."""
         stamp = self._config_path.stat().st_mtime_ns
+        asked = asyncio.get_running_loop().time()
         while not await aio.sleep_unless(stop, _CONFIG_POLL_SECONDS):
             try:
                 current = self._config_path.stat().st_mtime_ns
-                if current == stamp:
-                    continue
-                stamp = current
-                updated = config.load(self._config_path)
+                if current != stamp:
+                    stamp = current
+                    self._base = config.load(self._config_path)
             except (OSError, ValueError) as exc:
                 log.error("new watcher configuration is invalid; keeping the old one", extra={"error": str(exc)})
-                continue
-            if updated != self.settings:
-                log.info("watcher configuration changed, restarting the pipeline")
-                self.settings = updated
-                self._reconfigured.set()
+            if asyncio.get_running_loop().time() - asked >= _WATCH_SET_POLL_SECONDS:
+                asked = asyncio.get_running_loop().time()
+                await self._refresh_watch_set()
+            self._apply()
+
+    async def _refresh_watch_set(self) -> None:
+        """KCP's watch set for this runtime, if configured; on any trouble the last one stays."""
+        central = self._base.central
+        if central is None:
+            self._watch_set = None
+            return
+        try:
+            found = await kube.get_or_none(
+                self._api, kube.CONFIGMAPS.object_path(central.namespace, central.config_map)
+            )
+            if found is None:
+                return  # KCP has not written one yet (or is rewriting it): keep what we have
+            watch_set = watch_sets.WatchSet.decode((found.get("data") or {})[watch_sets.DATA_KEY])
+        except (kube.KubeError, KeyError, ValueError) as exc:
+            log.warning("KCP's watch set is unreadable; keeping the last one", extra={"error": str(exc)})
+            return
+        if watch_set != self._watch_set:
+            self._watch_set = watch_set
+            self.metrics.watch_set.info({"revision": watch_set.revision})
+
+    def _apply(self) -> None:
+        updated = self._base.merged(self._watch_set)
+        if updated != self.settings:
+            revision = self._watch_set.revision if self._watch_set else None
+            log.info("watcher configuration changed, restarting the pipeline", extra={"watch_set": revision})
+            self.settings = updated
+            self._reconfigured.set()

@@ -6,7 +6,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from clients import kube
-from contract import ids, wire
+from contract import ids, watch_sets, wire
 from kit import files
 
 
@@ -94,6 +94,13 @@ class CheckpointSettings(_Section):
     interval_seconds: float = Field(default=2, gt=0)
 
 
+class CentralSettings(_Section):
+    """Where KCP writes this runtime's watch set (``contract.watch_sets``), merged into this configuration."""
+
+    namespace: str = watch_sets.NAMESPACE
+    config_map: str = watch_sets.CONFIG_MAP
+
+
 class WatcherConfig(_Section):
     runtime: ids.RuntimeIdField = Field(description="this runtime's Kyma name (its certificate's CN)")
     listeners: tuple[ListenerEndpoint, ...] = Field(
@@ -117,6 +124,11 @@ class WatcherConfig(_Section):
         description="/healthz /readyz /metrics; none: no endpoint (many agents in one process)",
     )
     watch_timeout_seconds: int = Field(default=300, ge=5, description="server-side watch timeout")
+    central: CentralSettings | None = Field(
+        default=None,
+        description="follow the watch set KCP derives for this runtime (synced kinds, Kyma CR, templates, mirrored "
+        "kinds) and its pause flags, in addition to the watches listed here",
+    )
 
     @model_validator(mode="after")
     def _unique_watches(self) -> Self:
@@ -132,6 +144,25 @@ class WatcherConfig(_Section):
 
     def is_paused(self, module: str) -> bool:
         return self.paused or module in self.paused_modules
+
+    def merged(self, watch_set: watch_sets.WatchSet | None) -> "WatcherConfig":
+        """This configuration with KCP's watch set added (its watches, its pause flags)."""
+        if watch_set is None:
+            return self
+        known = {w.key for w in self.watches}
+        central = [
+            WatchSpec(
+                group=w.group, version=w.version, resource=w.resource, label_selector=w.label_selector, module=w.module
+            )
+            for w in watch_set.watches
+        ]
+        return self.model_copy(
+            update={
+                "watches": (*self.watches, *(w for w in central if w.key not in known)),
+                "paused": self.paused or watch_set.paused,
+                "paused_modules": tuple(sorted({*self.paused_modules, *watch_set.paused_modules})),
+            }
+        )
 
 
 def load(path: Path) -> WatcherConfig:

@@ -1,6 +1,6 @@
 """Prometheus metrics of one watcher."""
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 
 
 class WatcherMetrics:
@@ -25,3 +25,6 @@ class WatcherMetrics:
         )
         self.queue_depth = Gauge("kyma_watcher_queue_depth", "Objects pending or in flight", registry=registry)
         self.leader = Gauge("kyma_watcher_leader", "1 while this pod is the active sender", registry=registry)
+        self.watch_set = Info(
+            "kyma_watcher_watch_set", "The revision of KCP's watch set this watcher follows", registry=registry
+        )

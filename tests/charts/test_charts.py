@@ -938,3 +938,19 @@ async def test_every_variant_is_accepted_by_a_real_apiserver(
     for doc in docs:
         if doc not in foreign:
             await cluster.apply(doc, dry_run=True)
+
+
+def test_watch_sets_are_wired_through_both_charts(helm: Path) -> None:
+    """The reconciler writes watch sets when asked; the watcher follows them and may read just that ConfigMap."""
+    reconciler = render(helm, "kyma-reconciler", "--set", "watchSets.enabled=true", namespace="kcp-system")
+    config = reconciler_settings.ReconcilerSettings.model_validate(embedded(reconciler, "reconciler.yaml"))
+    assert config.watch_sets.enabled and config.watch_sets.watcher_service_account == "kyma-watcher"
+    watcher = render(helm, "kyma-watcher", "--set", "central.enabled=true")
+    followed = watcher_config.WatcherConfig.model_validate(embedded(watcher, "watcher.yaml"))
+    assert followed.central is not None and followed.central.config_map == "kyma-watcher-watch-set"
+    [role] = [d for d in watcher if d["kind"] == "Role" and d["metadata"]["name"] == "kyma-watcher-watch-set"]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["kyma-watcher-watch-set"], "verbs": ["get"]}
+    ]
+    default = watcher_config.WatcherConfig.model_validate(embedded(render(helm, "kyma-watcher"), "watcher.yaml"))
+    assert default.central is None

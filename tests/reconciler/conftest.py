@@ -282,9 +282,11 @@ class Pipeline:
 @pytest.fixture
 def pipeline(
     landscape: landscape_mod.Landscape, kcp: Kcp, tmp_path: Path
-) -> Callable[[list[dict[str, Any]], list[str]], "contextlib.AbstractAsyncContextManager[Pipeline]"]:
+) -> Callable[..., "contextlib.AbstractAsyncContextManager[Pipeline]"]:
     @contextlib.asynccontextmanager
-    async def start(watches: list[dict[str, Any]], modules: list[str]) -> AsyncIterator[Pipeline]:
+    async def start(
+        watches: list[dict[str, Any]], modules: list[str], **watcher_settings: Any
+    ) -> AsyncIterator[Pipeline]:
         ca = authority.Authority.create("kyma-sync-ca")
         hour = datetime.timedelta(hours=1)
         serving, client_cert = ca.issue_server(["127.0.0.1"], lifetime=hour), ca.issue_runtime("skr-1", lifetime=hour)
@@ -321,6 +323,7 @@ def pipeline(
                         "lease": {"namespace": kcp.runtime_namespace},
                         "checkpoint": {"namespace": kcp.runtime_namespace},
                         "management_port": 0,
+                        **watcher_settings,
                     }
                 )
             )

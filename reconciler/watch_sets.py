@@ -1,0 +1,171 @@
+"""Watch sets derived in KCP: every runtime's watcher watches what KCP syncs there, so any drift is an event.
+
+Per runtime the set is: every kind a SyncResource applied there (from the SyncRecords), the Kyma
+CR and the ModuleTemplates when those controllers run, and the mirrored kinds — each with the label
+selector that finds our objects (the synced-by label; the mirror's opt-out label). The pause flags
+come from the runtime's Kyma CR in KCP (``contract.watch_sets``). The set is written into the runtime
+as a ConfigMap the watcher follows (``central`` in its configuration), with a ClusterRole that lets
+the watcher's ServiceAccount get/list/watch exactly those resources. Written only when it changed.
+"""
+
+import logging
+from typing import Any
+
+from clients import informer, kube, objects
+from contract import ids, watch_sets, wire
+from reconciler import controller, crds, records, runtime_clients, settings, workqueue
+from reconciler.shared import Shared
+
+log = logging.getLogger(__name__)
+
+ROLE = "kyma-watcher-watch-set"
+"""The ClusterRole (and its binding) granting the watcher read access to its derived watches."""
+
+
+class WatchSetController(controller.Controller[ids.RuntimeId]):
+    def __init__(self, shared: Shared, config: settings.WatchSetSettings) -> None:
+        super().__init__(shared, config, name="watch_sets")
+        self._config = config
+        reconciler_config = shared.config
+        self._module = reconciler_config.events_module
+        self._fixed = _fixed_watches(reconciler_config)
+        self.records = self.own(
+            informer.Informer(shared.kcp, crds.SYNC_RECORD, namespace=reconciler_config.sync_resources.namespace)
+        )
+        self.records.subscribe(self._records_changed)
+
+    def all_keys(self) -> list[ids.RuntimeId]:
+        return [ids.RuntimeId(r) for r in self.shared.runtimes()]
+
+    def runtime_of(self, key: ids.RuntimeId) -> str:
+        return key
+
+    def keys_for_runtime(self, change: controller.RuntimeChange) -> list[ids.RuntimeId]:
+        return [ids.RuntimeId(change.runtime)]
+
+    def _records_changed(self, change: informer.Change) -> None:
+        touched = {ref.runtime for obj in (change.old, change.new) if obj is not None for ref in _applied(obj)}
+        self.queue.add_all(ids.RuntimeId(runtime) for runtime in touched)
+
+    def kinds_in(self, runtime: str) -> set[tuple[str, str]]:
+        """(apiVersion, kind) of everything the SyncResources applied in ``runtime``."""
+        return {(ref.api_version, ref.kind) for obj in self.records for ref in _applied(obj) if ref.runtime == runtime}
+
+    async def reconcile(self, runtime: ids.RuntimeId) -> workqueue.Result:
+        kyma = self.shared.kyma(runtime)
+        if kyma is None:
+            return workqueue.Result()
+        try:
+            handle = await self.shared.clients.get(runtime)
+            watch_set = await self._derive(handle.objects, runtime, kyma)
+            await self._write(handle.objects, watch_set)
+        except (runtime_clients.RuntimeUnavailableError, kube.KubeError) as exc:
+            return workqueue.Result.failed(f"{runtime}: {exc}")
+        return workqueue.Result()
+
+    async def _derive(self, cluster: objects.ClusterObjects, runtime: str, kyma: dict[str, Any]) -> watch_sets.WatchSet:
+        watches = list(self._fixed)
+        for api_version, kind in sorted(self.kinds_in(runtime)):
+            try:
+                resource = await cluster.resource(api_version, kind)
+            except objects.UnknownKindError:
+                continue  # no longer served there: nothing of it to watch
+            watches.append(
+                watch_sets.CentralWatch(
+                    group=resource.gvr.group,
+                    version=resource.gvr.version,
+                    resource=resource.gvr.resource,
+                    label_selector=wire.SYNCED_SELECTOR,
+                    module=self._module,
+                )
+            )
+        metadata = kyma["metadata"]
+        paused_modules = (metadata.get("annotations") or {}).get(watch_sets.PAUSED_MODULES_ANNOTATION, "")
+        return watch_sets.WatchSet.of(
+            watches,
+            paused=(metadata.get("labels") or {}).get(watch_sets.PAUSED_LABEL) == "true",
+            paused_modules=tuple(m.strip() for m in paused_modules.split(",") if m.strip()),
+        )
+
+    async def _write(self, cluster: objects.ClusterObjects, watch_set: watch_sets.WatchSet) -> None:
+        ref = objects.Ref("v1", "ConfigMap", watch_sets.NAMESPACE, watch_sets.CONFIG_MAP)
+        current = await cluster.get(ref)
+        if (current or {}).get("data", {}).get(watch_sets.DATA_KEY) == watch_set.encode():
+            return
+        await kube.ensure_namespace(cluster.api, watch_sets.NAMESPACE)
+        # RBAC first: the watcher must be allowed to watch a resource before it is told to.
+        rules = sorted({(w.group, w.resource) for w in watch_set.watches})
+        await cluster.apply(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": ROLE, "labels": {wire.SYNCED_LABEL: wire.SYNCED_VALUE}},
+                "rules": [
+                    {"apiGroups": [group], "resources": [resource], "verbs": ["get", "list", "watch"]}
+                    for group, resource in rules
+                ],
+            }
+        )
+        await cluster.apply(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": ROLE, "labels": {wire.SYNCED_LABEL: wire.SYNCED_VALUE}},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ROLE},
+                "subjects": [
+                    {
+                        "kind": "ServiceAccount",
+                        "name": self._config.watcher_service_account,
+                        "namespace": watch_sets.NAMESPACE,
+                    }
+                ],
+            }
+        )
+        await cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": watch_sets.CONFIG_MAP,
+                    "namespace": watch_sets.NAMESPACE,
+                    "labels": {wire.SYNCED_LABEL: wire.SYNCED_VALUE},
+                },
+                "data": {watch_sets.DATA_KEY: watch_set.encode()},
+            }
+        )
+        log.info("watch set written", extra={"revision": watch_set.revision, "watches": len(watch_set.watches)})
+
+
+def _applied(record: dict[str, Any]) -> list[Any]:
+    try:
+        return records.applied_of(record)
+    except ValueError:  # a malformed record routes nothing (the sync controller reports it)
+        return []
+
+
+def _fixed_watches(config: settings.ReconcilerSettings) -> list[watch_sets.CentralWatch]:
+    """What every runtime's watcher watches whatever is synced there."""
+    module = config.events_module
+    fixed = []
+    if config.kyma.enabled:
+        fixed.append(_central(crds.KYMA, wire.SYNCED_SELECTOR, module))
+    if config.module_templates.enabled:
+        fixed.append(_central(crds.MODULE_TEMPLATE, wire.SYNCED_SELECTOR, module))
+    if config.mirror.enabled:
+        fixed += [
+            watch_sets.CentralWatch(
+                group=kind.group,
+                version=kind.version,
+                resource=kind.resource,
+                label_selector=f"!{wire.MIRROR_OPT_OUT_LABEL}",
+                module=kind.module,
+            )
+            for kind in config.mirror.kinds
+        ]
+    return fixed
+
+
+def _central(gvr: kube.Gvr, selector: str, module: str) -> watch_sets.CentralWatch:
+    return watch_sets.CentralWatch(
+        group=gvr.group, version=gvr.version, resource=gvr.resource, label_selector=selector, module=module
+    )

@@ -1,0 +1,163 @@
+"""Watch sets derived in KCP: what is synced to a runtime is watched there, so its drift is an event."""
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from clients import kube
+from contract import watch_sets, wire
+from devenv import landscape as landscape_mod
+
+from ..waiting import eventually
+from .conftest import Kcp, label_kyma
+
+pytestmark = pytest.mark.integration
+
+WATCH_SET = f"/api/v1/namespaces/{watch_sets.NAMESPACE}/configmaps/{watch_sets.CONFIG_MAP}"
+
+
+async def _watch_set(kcp: Kcp) -> watch_sets.WatchSet | None:
+    try:
+        found = await kube.request(kcp.skrs["skr-1"], "GET", WATCH_SET)
+    except kube.NotFoundError:
+        return None
+    return watch_sets.WatchSet.decode(found["data"][watch_sets.DATA_KEY])
+
+
+def _service_account(kcp: Kcp) -> dict[str, Any]:
+    return {
+        "name": "sa",
+        "strategy": "CreateAndSync",
+        "resource": {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "synced-sa", "namespace": kcp.runtime_namespace, "labels": {"tier": "gold"}},
+        },
+    }
+
+
+def _deployment(kcp: Kcp) -> dict[str, Any]:
+    labels = {"app": "synced"}
+    return {
+        "name": "deploy",
+        "strategy": "CreateAndSync",
+        "resource": {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "synced-app", "namespace": kcp.runtime_namespace},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]},
+                },
+            },
+        },
+    }
+
+
+async def test_the_watch_set_follows_what_is_synced_and_kcps_pause(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """Every kind a SyncResource applied in the runtime is in its watch set, with read access for the watcher; a
+    pause label on the runtime's Kyma in KCP reaches it too."""
+    async with run_controller(watch_sets={"enabled": True, "resync_seconds": 3600}):
+        await kcp.create("watched", {"kyma": "skr-1", "items": [_service_account(kcp), _deployment(kcp)]})
+
+        async def derived() -> bool:
+            found = await _watch_set(kcp)
+            return found is not None and {(w.group, w.resource) for w in found.watches} >= {
+                ("", "serviceaccounts"),
+                ("apps", "deployments"),
+            }
+
+        await eventually(derived, what="the synced kinds in the watch set")
+        found = await _watch_set(kcp)
+        assert found is not None and all(w.label_selector == wire.SYNCED_SELECTOR for w in found.watches)
+        role = await kube.request(
+            kcp.skrs["skr-1"], "GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/kyma-watcher-watch-set"
+        )
+        granted = {(r["apiGroups"][0], r["resources"][0]) for r in role["rules"]}
+        assert granted >= {("", "serviceaccounts"), ("apps", "deployments")}
+        assert all(r["verbs"] == ["get", "list", "watch"] for r in role["rules"])
+        await label_kyma(kcp.api, "skr-1", {watch_sets.PAUSED_LABEL: "true"})
+        try:
+            await eventually(lambda: _paused(kcp), what="the pause in the watch set")
+        finally:
+            await label_kyma(kcp.api, "skr-1", {watch_sets.PAUSED_LABEL: None})
+        await eventually(lambda: _not_paused(kcp), what="resumed")
+
+
+async def _paused(kcp: Kcp) -> bool:
+    return bool((found := await _watch_set(kcp)) and found.paused)
+
+
+async def _not_paused(kcp: Kcp) -> bool:
+    return bool((found := await _watch_set(kcp)) and not found.paused)
+
+
+async def test_drift_of_any_synced_kind_is_reset_through_the_derived_watch_set(
+    landscape: landscape_mod.Landscape,
+    kcp: Kcp,
+    run_controller: Callable[..., Any],
+    pipeline: Callable[..., Any],
+) -> None:
+    """The watcher's own configuration watches ConfigMaps only; KCP's watch set adds ServiceAccounts and
+    Deployments, so edits to them are reset by events (the periodic resync is an hour away)."""
+    own = [
+        {
+            "version": "v1",
+            "resource": "configmaps",
+            "namespaces": [kcp.runtime_namespace],
+            "label_selector": wire.SYNCED_SELECTOR,
+            "module": "kyma-sync",
+        }
+    ]
+    nats = (landscape.nats.url,)
+    async with run_controller(resync_seconds=3600, nats_servers=nats, watch_sets={"enabled": True}):
+        await kcp.create("drifting", {"kyma": "skr-1", "items": [_service_account(kcp), _deployment(kcp)]})
+        await eventually(lambda: _watched(kcp, "serviceaccounts", "deployments"), what="the watch set written")
+        written = await _watch_set(kcp)
+        assert written is not None
+        async with pipeline(own, ["kyma-sync"], central={}) as running:
+            following = running.watcher.metrics.registry.get_sample_value
+            await eventually(
+                lambda: bool(following("kyma_watcher_watch_set_info", {"revision": written.revision})),
+                what="the watcher following the watch set",
+            )
+            sa = f"/api/v1/namespaces/{kcp.runtime_namespace}/serviceaccounts/synced-sa"
+            deployment = f"/apis/apps/v1/namespaces/{kcp.runtime_namespace}/deployments/synced-app"
+            for path, patch in (
+                (sa, {"metadata": {"labels": {"tier": "tin"}}}),
+                (deployment, {"spec": {"replicas": 5}}),
+            ):
+                await kube.request(
+                    kcp.skrs["skr-1"],
+                    "PATCH",
+                    path,
+                    body=patch,
+                    query=[("fieldManager", "kubectl")],
+                    content_type="application/merge-patch+json",
+                )
+            edited_at = asyncio.get_running_loop().time()
+            await eventually(lambda: _label_is(kcp, sa, "tier", "gold"), timeout=20, what="the ServiceAccount reset")
+            await eventually(lambda: _replicas_are(kcp, deployment, 1), timeout=20, what="the Deployment reset")
+            print(f"both reset {asyncio.get_running_loop().time() - edited_at:.2f}s after the edits")
+
+
+async def _watched(kcp: Kcp, *resources: str) -> bool:
+    found = await _watch_set(kcp)
+    return found is not None and {w.resource for w in found.watches} >= set(resources)
+
+
+async def _label_is(kcp: Kcp, path: str, key: str, value: str) -> bool:
+    found = await kube.request(kcp.skrs["skr-1"], "GET", path)
+    return bool((found["metadata"].get("labels") or {}).get(key) == value)
+
+
+async def _replicas_are(kcp: Kcp, path: str, replicas: int) -> bool:
+    found = await kube.request(kcp.skrs["skr-1"], "GET", path)
+    return bool(found["spec"]["replicas"] == replicas)
