@@ -1,11 +1,17 @@
 """ModuleTemplates: every template in KCP copied write-only into every runtime.
 
+As lifecycle-manager does, a copy carries the template's labels and annotations, and a template
+labelled ``operator.kyma-project.io/beta`` (``/internal``) "true" goes only to runtimes whose Kyma
+carries that label "true" (a copy is removed when the runtime's label goes).
+
 Write-only: the runtime copy is applied forced, so edits there are reverted on the next pass
 (a watcher event about the copy, or the resync); a template deleted in KCP is deleted from every
 runtime. Only copies carrying our synced-by label are ever deleted, each with the uid and
 resourceVersion it was seen with. Its own control loop, disabled by configuration; fan-out is
 bounded by the worker count.
 """
+
+from typing import Any
 
 from clients import informer, kube, objects
 from contract import ids, wire
@@ -27,21 +33,22 @@ class ModuleTemplateController(per_runtime.PerRuntimeController):
         self.templates.subscribe(self._template_changed)
 
     def _template_changed(self, change: informer.Change) -> None:
-        if change.old is None or change.new is None or change.old.get("spec") != change.new.get("spec"):
+        if change.old is None or change.new is None or _copied(change.old) != _copied(change.new):
             self.queue.add_all(self.all_keys())
 
     async def reconcile(self, runtime: ids.RuntimeId) -> workqueue.Result:
-        if self.shared.kyma(runtime) is None:
+        kyma = self.shared.kyma(runtime)
+        if kyma is None:
             return workqueue.Result()
         try:
             handle = await self.shared.clients.get(runtime)
             await self.prepare(handle, definitions=[crds.module_template_crd()], namespace=RUNTIME_NAMESPACE)
-            await self._sync(handle.objects)
+            await self._sync(handle.objects, kyma_labels=(kyma["metadata"].get("labels") or {}))
         except (runtime_clients.RuntimeUnavailableError, kube.KubeError, objects.UnknownKindError) as exc:
             return self.failed(runtime, exc)
         return workqueue.Result()
 
-    async def _sync(self, cluster: objects.ClusterObjects) -> None:
+    async def _sync(self, cluster: objects.ClusterObjects, *, kyma_labels: dict[str, str]) -> None:
         api_version = crds.MODULE_TEMPLATE.api_version
         present = {
             o["metadata"]["name"]: o
@@ -49,25 +56,61 @@ class ModuleTemplateController(per_runtime.PerRuntimeController):
                 api_version, self.kind, namespace=RUNTIME_NAMESPACE, label_selector=wire.SYNCED_SELECTOR
             )
         }
-        wanted = {template["metadata"]["name"]: template for template in self.templates}
-        for name, template in wanted.items():
-            if (present.get(name) or {}).get("spec") == template.get("spec"):
+        wanted = {
+            template["metadata"]["name"]: _copy_of(template, api_version)
+            for template in self.templates
+            if _meant_for(template, kyma_labels)
+        }
+        for name, copy in wanted.items():
+            live = present.get(name) or {"metadata": {}}
+            if live.get("spec") == copy["spec"] and _carries(live["metadata"], copy["metadata"]):
                 continue
-            await cluster.apply(
-                {
-                    "apiVersion": api_version,
-                    "kind": self.kind,
-                    "metadata": {
-                        "name": name,
-                        "namespace": RUNTIME_NAMESPACE,
-                        "labels": {wire.SYNCED_LABEL: wire.SYNCED_VALUE},
-                    },
-                    "spec": template.get("spec") or {},
-                }
-            )
+            await cluster.apply(copy)
         for name in set(present) - set(wanted):
             live = present[name]["metadata"]
             await cluster.delete(
                 objects.Ref(api_version, self.kind, RUNTIME_NAMESPACE, name),
                 preconditions=kube.Preconditions(uid=live["uid"], resource_version=live["resourceVersion"]),
             )
+
+
+_CHANNEL_LABELS = (wire.BETA_LABEL, wire.INTERNAL_LABEL)
+_NOT_COPIED = ("kubectl.kubernetes.io/last-applied-configuration",)
+
+
+def _copied(template: dict[str, Any]) -> tuple[Any, ...]:
+    """What of a template reaches the runtimes (a change elsewhere, e.g. its status, costs no pass)."""
+    metadata = template["metadata"]
+    return template.get("spec"), metadata.get("labels"), metadata.get("annotations")
+
+
+def _meant_for(template: dict[str, Any], kyma_labels: dict[str, str]) -> bool:
+    """A beta (internal) template goes only to runtimes whose Kyma is labelled beta (internal), as upstream."""
+    labels = template["metadata"].get("labels") or {}
+    return all(kyma_labels.get(label) == "true" for label in _CHANNEL_LABELS if labels.get(label) == "true")
+
+
+def _copy_of(template: dict[str, Any], api_version: str) -> dict[str, Any]:
+    """The runtime copy: the template's spec, labels and annotations, and our synced-by label."""
+    metadata = template["metadata"]
+    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k not in _NOT_COPIED}
+    return {
+        "apiVersion": api_version,
+        "kind": "ModuleTemplate",
+        "metadata": {
+            "name": metadata["name"],
+            "namespace": RUNTIME_NAMESPACE,
+            "labels": {**(metadata.get("labels") or {}), wire.SYNCED_LABEL: wire.SYNCED_VALUE},
+            "annotations": annotations,
+        },
+        "spec": template.get("spec") or {},
+    }
+
+
+def _carries(live: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Whether the live copy has every label and annotation the template gives it (others may be added there)."""
+    return all(
+        (live.get(field) or {}).get(key) == value
+        for field in ("labels", "annotations")
+        for key, value in wanted[field].items()
+    )

@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 
 from clients import kube
+from contract import wire
 from reconciler import crds
 
 from ..waiting import eventually
-from .conftest import Kcp
+from .conftest import Kcp, label_kyma
 
 pytestmark = pytest.mark.integration
 
@@ -89,3 +90,61 @@ async def test_disabled_flag_copies_nothing(kcp: Kcp, run_controller: Callable[.
         assert "module_templates" not in {c.name for c in running.controllers}
         assert await template_in(kcp, "skr-1", name) is None
     await kube.request(kcp.api, "DELETE", f"{KCP_PATH}/{name}")
+
+
+async def test_copies_keep_labels_and_annotations_and_beta_or_internal_go_only_where_asked(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """As lifecycle-manager does: a copy carries the template's labels and annotations; a beta (internal) template
+    reaches only runtimes whose Kyma is labelled beta (internal)."""
+    plain, beta, internal = (f"{kind}-{uuid.uuid4().hex[:6]}" for kind in ("plain", "beta", "internal"))
+    for name, labels in (
+        (plain, {"operator.kyma-project.io/module-name": "keda"}),
+        (beta, {wire.BETA_LABEL: "true"}),
+        (internal, {wire.INTERNAL_LABEL: "true"}),
+    ):
+        await kube.request(
+            kcp.api,
+            "POST",
+            KCP_PATH,
+            body={
+                "apiVersion": "operator.kyma-project.io/v1beta2",
+                "kind": "ModuleTemplate",
+                "metadata": {
+                    "name": name,
+                    "namespace": "kcp-system",
+                    "labels": labels,
+                    "annotations": {"operator.kyma-project.io/doc-url": "https://kyma-project.io/keda"},
+                },
+                "spec": {"moduleName": "keda", "version": "1.0.0"},
+            },
+        )
+    await label_kyma(kcp.api, "skr-2", {wire.BETA_LABEL: "true"})
+    try:
+        async with run_controller(
+            module_templates={"enabled": True, "resync_seconds": 1, "runtime_crds": "create-if-absent"}
+        ):
+            await eventually(lambda: _present(kcp, "skr-2", beta), what="the beta template in the beta runtime")
+            await eventually(lambda: _present(kcp, "skr-1", plain), what="the plain template everywhere")
+            copy = await template_in(kcp, "skr-1", plain)
+            assert copy is not None
+            assert copy["metadata"]["labels"]["operator.kyma-project.io/module-name"] == "keda"
+            assert copy["metadata"]["annotations"]["operator.kyma-project.io/doc-url"] == "https://kyma-project.io/keda"
+            assert await template_in(kcp, "skr-1", beta) is None, "skr-1 is not labelled beta"
+            assert (
+                await template_in(kcp, "skr-1", internal) is None and await template_in(kcp, "skr-2", internal) is None
+            )
+            await label_kyma(kcp.api, "skr-2", {wire.BETA_LABEL: None})
+            await eventually(lambda: _absent(kcp, "skr-2", beta), what="the beta copy gone with the label")
+    finally:
+        await label_kyma(kcp.api, "skr-2", {wire.BETA_LABEL: None})
+        for name in (plain, beta, internal):
+            await kube.delete(kcp.api, f"{KCP_PATH}/{name}")
+
+
+async def _present(kcp: Kcp, runtime: str, name: str) -> bool:
+    return await template_in(kcp, runtime, name) is not None
+
+
+async def _absent(kcp: Kcp, runtime: str, name: str) -> bool:
+    return await template_in(kcp, runtime, name) is None
