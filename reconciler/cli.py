@@ -24,6 +24,7 @@ from reconciler import (
     settings,
     sync_controller,
     watch_sets,
+    watcher_install,
 )
 from reconciler.shared import Shared
 
@@ -90,6 +91,8 @@ def build_manager(
         controllers.append(kyma_sync.KymaController(shared, config.kyma, events_module=config.events_module))
     if config.watch_sets.enabled:
         controllers.append(watch_sets.WatchSetController(shared, config.watch_sets))
+    if config.watcher_install.enabled:
+        controllers.append(watcher_install.WatcherInstallController(shared, config.watcher_install))
     return manager.Manager(shared, controllers)
 
 

@@ -24,3 +24,19 @@ def changed_paths(before: dict[str, Any] | None, after: dict[str, Any], *, limit
 
     walk(before, after, "")
     return found
+
+
+def carries(live: Any, wanted: Any) -> bool:
+    """Whether ``live`` holds everything ``wanted`` says (dicts: each key; lists: item by item, same length).
+
+    Fields the apiserver defaults or others add are not a difference: a pass writes only what drifted.
+    """
+    if isinstance(wanted, dict):
+        return isinstance(live, dict) and all(carries(live.get(key), value) for key, value in wanted.items())
+    if isinstance(wanted, list):
+        return (
+            isinstance(live, list)
+            and len(live) == len(wanted)
+            and all(carries(have, want) for have, want in zip(live, wanted, strict=True))
+        )
+    return bool(live == wanted)

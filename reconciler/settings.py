@@ -119,6 +119,31 @@ class WatchSetSettings(ControllerSettings):
     )
 
 
+class WatcherInstallSettings(ControllerSettings):
+    """KCP installs, repairs and removes the watcher in every runtime (``reconciler.watcher_install``)."""
+
+    enabled: bool = False
+    resync_seconds: float = Field(
+        default=60, gt=0, description="how soon a deleted or changed watcher object is repaired"
+    )
+    image: str = Field(default="kyma-sync:0.1.0", min_length=1)
+    listeners: tuple[str, ...] = Field(
+        default=(), max_length=2, description="the listener URL(s) watchers post to (primary, fallback)"
+    )
+    kind: Literal["Deployment", "DaemonSet"] = Field(
+        default="Deployment",
+        description="Deployment: two replicas spread by anti-affinity (one sender by the Lease, one ready); "
+        "DaemonSet: one pod per node",
+    )
+    management_port: int = Field(default=9091, ge=1, le=65535)
+
+    @model_validator(mode="after")
+    def _listeners_when_enabled(self) -> Self:
+        if self.enabled and not self.listeners:
+            raise ValueError("watcher_install needs listeners: the URL(s) the watchers post to")
+        return self
+
+
 class NatsSettings(_Section):
     """Where watcher events come from; without servers only KCP watches and the resync trigger reconciles."""
 
@@ -166,6 +191,7 @@ class ReconcilerSettings(_Section):
     module_templates: PerRuntimeSettings = PerRuntimeSettings()
     kyma: PerRuntimeSettings = PerRuntimeSettings()
     watch_sets: WatchSetSettings = WatchSetSettings()
+    watcher_install: WatcherInstallSettings = WatcherInstallSettings()
 
 
 def load(path: Path) -> ReconcilerSettings:

@@ -954,3 +954,20 @@ def test_watch_sets_are_wired_through_both_charts(helm: Path) -> None:
     ]
     default = watcher_config.WatcherConfig.model_validate(embedded(render(helm, "kyma-watcher"), "watcher.yaml"))
     assert default.central is None
+
+
+def test_the_reconciler_chart_can_install_the_watchers(helm: Path) -> None:
+    docs = render(
+        helm,
+        "kyma-reconciler",
+        "--set",
+        "watcherInstall.enabled=true",
+        "--set",
+        "watcherInstall.listeners={https://kyma-listener.kcp.example.com}",
+        "--set",
+        "watcherInstall.kind=DaemonSet",
+        namespace="kcp-system",
+    )
+    config = reconciler_settings.ReconcilerSettings.model_validate(embedded(docs, "reconciler.yaml"))
+    assert config.watcher_install.enabled and config.watcher_install.kind == "DaemonSet"
+    assert config.watcher_install.listeners == ("https://kyma-listener.kcp.example.com",)

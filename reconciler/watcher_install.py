@@ -1,0 +1,131 @@
+"""KCP installs, upgrades and repairs the watcher in every runtime, and removes it when the Kyma goes.
+
+Per runtime (its key): each object of ``watcher_objects.render`` is read and written only where it
+is missing or drifted (``diff.carries``: what the apiserver defaults or others add is no drift), so
+a steady pass costs reads, not writes; a deleted or edited watcher object is back within the resync
+(60 s) or at once on a runtime change. When KCP's Kyma is gone, the objects we installed (our
+labels) are deleted. Whether the runtime could be reached is reported on KCP's Kyma
+(``status.watcher``, under a field manager of its own so no other status field changes hands) and as
+``kyma_reconciler_runtime_reachable{runtime}``.
+"""
+
+import logging
+from typing import Any
+
+from prometheus_client import Gauge
+
+from clients import kube, objects
+from contract import ids, watch_sets, wire
+from reconciler import controller, crds, diff, runtime_clients, settings, watcher_objects, workqueue
+from reconciler.shared import Shared
+
+log = logging.getLogger(__name__)
+
+STATUS_FIELD_MANAGER = "kyma-sync-watcher-installer"
+_ALSO_REMOVED = (
+    ("rbac.authorization.k8s.io/v1", "ClusterRole", None, "kyma-watcher-watch-set"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, "kyma-watcher-watch-set"),
+    ("v1", "ConfigMap", watch_sets.NAMESPACE, watch_sets.CONFIG_MAP),
+)
+"""What the watch-set controller wrote for this watcher: it goes with it."""
+
+
+class WatcherInstallController(controller.Controller[ids.RuntimeId]):
+    def __init__(self, shared: Shared, config: settings.WatcherInstallSettings) -> None:
+        super().__init__(shared, config, name="watcher_install")
+        self._config = config
+        self._module = shared.config.events_module
+        self._kcp = objects.ClusterObjects(shared.kcp, field_manager=STATUS_FIELD_MANAGER)
+        self._reachable = Gauge(
+            "kyma_reconciler_runtime_reachable",
+            "1 when the last attempt to install or check the runtime's watcher reached its apiserver, else 0",
+            ["runtime"],
+            registry=shared.registry,
+        )
+
+    def all_keys(self) -> list[ids.RuntimeId]:
+        return [ids.RuntimeId(r) for r in self.shared.runtimes()]
+
+    def runtime_of(self, key: ids.RuntimeId) -> str:
+        return key
+
+    def keys_for_runtime(self, change: controller.RuntimeChange) -> list[ids.RuntimeId]:
+        return [ids.RuntimeId(change.runtime)]
+
+    async def reconcile(self, runtime: ids.RuntimeId) -> workqueue.Result:
+        kyma = self.shared.kyma(runtime)
+        try:
+            handle = await self.shared.clients.get(runtime)
+            if kyma is None:
+                await self._remove(handle.objects, runtime)
+                return workqueue.Result()
+            written = await self._install(handle.objects, runtime)
+        except (runtime_clients.RuntimeUnavailableError, kube.UnreachableError) as exc:
+            if kyma is None:
+                return workqueue.Result()  # gone, and unreachable: nothing left to clean
+            return await self._report(kyma, runtime, reachable=False, state="Unreachable", message=str(exc))
+        except (kube.KubeError, objects.UnknownKindError) as exc:
+            if kyma is None:
+                return workqueue.Result.failed(f"{runtime}: {exc}")
+            return await self._report(kyma, runtime, reachable=True, state="Error", message=str(exc))
+        if written:
+            log.info("watcher installed or repaired", extra={"runtime": runtime, "objects": written})
+        return await self._report(kyma, runtime, reachable=True, state="Ready", message="")
+
+    async def _install(self, cluster: objects.ClusterObjects, runtime: str) -> list[str]:
+        """Write what is missing or drifted; the names of what was written."""
+        await kube.ensure_namespace(cluster.api, watcher_objects.NAMESPACE)
+        written = []
+        for wanted in watcher_objects.render(runtime, self._config, module=self._module):
+            live = await cluster.get(objects.Ref.of(wanted))
+            if live is not None and diff.carries(live, wanted):
+                continue
+            await cluster.apply(wanted)
+            written.append(f"{wanted['kind']}/{wanted['metadata']['name']}")
+        other = "DaemonSet" if self._config.kind == "Deployment" else "Deployment"
+        replaced = objects.Ref("apps/v1", other, watcher_objects.NAMESPACE, watcher_objects.NAME)
+        if (previous := await cluster.get(replaced)) is not None and _ours(previous):
+            await cluster.delete(replaced, preconditions=kube.Preconditions(previous["metadata"]["uid"]))
+            written.append(f"-{other}/{watcher_objects.NAME}")
+        return written
+
+    async def _remove(self, cluster: objects.ClusterObjects, runtime: str) -> None:
+        """KCP's Kyma is gone: the watcher objects we installed go too (never one without our labels)."""
+        kinds = {obj["kind"]: obj for obj in watcher_objects.render(runtime, self._config, module=self._module)}
+        refs = [objects.Ref.of(obj) for obj in kinds.values()]
+        refs += [
+            objects.Ref(api_version, kind, namespace, name) for api_version, kind, namespace, name in _ALSO_REMOVED
+        ]
+        for ref in reversed(refs):  # pods first, RBAC last
+            try:
+                live = await cluster.get(ref)
+            except objects.UnknownKindError:
+                continue
+            if live is None or not _ours(live):
+                continue
+            await cluster.delete(ref, preconditions=kube.Preconditions(live["metadata"]["uid"]))
+            log.info("watcher object removed with its Kyma", extra={"runtime": runtime, "object": str(ref)})
+
+    async def _report(
+        self, kyma: dict[str, Any], runtime: str, *, reachable: bool, state: str, message: str
+    ) -> workqueue.Result:
+        self._reachable.labels(runtime).set(1 if reachable else 0)
+        reported = {"state": state, "message": message[:512]}
+        if (kyma.get("status") or {}).get("watcher") != reported:
+            try:
+                await self._kcp.apply(
+                    {
+                        "apiVersion": crds.KYMA.api_version,
+                        "kind": "Kyma",
+                        "metadata": {"name": kyma["metadata"]["name"], "namespace": kyma["metadata"]["namespace"]},
+                        "status": {"watcher": reported},
+                    },
+                    subresource="status",
+                )
+            except kube.KubeError as exc:
+                return workqueue.Result.failed(f"{runtime}: cannot report the watcher's state in KCP: {exc}")
+        return workqueue.Result() if state == "Ready" else workqueue.Result.failed(f"{runtime}: {message}")
+
+
+def _ours(obj: dict[str, Any]) -> bool:
+    return (obj["metadata"].get("labels") or {}).get(wire.SYNCED_LABEL) == wire.SYNCED_VALUE

@@ -1,0 +1,112 @@
+"""KCP installs the watcher in every runtime, repairs it, removes it with the Kyma, and says when it cannot."""
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from clients import kube
+from devenv import net
+from pki import kubeconfigs, pki
+from reconciler import crds, settings, watcher_objects
+from watcher import config as watcher_config
+
+from ..waiting import eventually
+from .conftest import Kcp, register_runtime
+
+pytestmark = pytest.mark.integration
+
+DEPLOYMENT = "/apis/apps/v1/namespaces/kyma-system/deployments/kyma-watcher"
+CONFIG = "/api/v1/namespaces/kyma-system/configmaps/kyma-watcher-config"
+INSTALL = {"enabled": True, "resync_seconds": 1, "listeners": ["https://listener.kcp.example.com"]}
+
+
+async def _get(api: kube.ApiClient, path: str) -> dict[str, Any] | None:
+    return await kube.get_or_none(api, path)
+
+
+async def test_the_watcher_is_installed_repaired_and_valid(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """Two replicas spread over nodes with the certificate and configuration mounted; a deleted Deployment and an
+    edited configuration come back; the configuration is one the watcher accepts."""
+    skr = kcp.skrs["skr-1"]
+    async with run_controller(watcher_install=INSTALL) as running:
+        await eventually(lambda: _exists(skr, DEPLOYMENT), what="the watcher installed")
+        deployment = await _get(skr, DEPLOYMENT)
+        assert deployment is not None and deployment["spec"]["replicas"] == 2
+        spread = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+        assert spread["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"] == (
+            "kubernetes.io/hostname"
+        )
+        config_map = await _get(skr, CONFIG)
+        assert config_map is not None
+        parsed = watcher_config.WatcherConfig.model_validate(yaml.safe_load(config_map["data"]["watcher.yaml"]))
+        assert parsed.runtime == "skr-1" and parsed.central is not None
+        await kube.request(skr, "DELETE", DEPLOYMENT)
+        await kube.merge_patch(skr, CONFIG, {"data": {"watcher.yaml": "tampered"}})
+        await eventually(lambda: _exists(skr, DEPLOYMENT), what="the Deployment restored")
+        await eventually(lambda: _config_restored(skr), what="the configuration restored")
+        reachable = running.shared.registry.get_sample_value("kyma_reconciler_runtime_reachable", {"runtime": "skr-1"})
+        assert reachable == 1
+
+        async def ready_in_kcp() -> bool:
+            kyma = await kube.request(kcp.api, "GET", crds.KYMA.object_path("kcp-system", "skr-1"))
+            return bool((kyma.get("status") or {}).get("watcher", {}).get("state") == "Ready")
+
+        await eventually(ready_in_kcp, what="Ready in KCP's Kyma status")
+
+
+async def _exists(api: kube.ApiClient, path: str) -> bool:
+    return await _get(api, path) is not None
+
+
+async def _config_restored(api: kube.ApiClient) -> bool:
+    found = await _get(api, CONFIG)
+    return found is not None and found["data"]["watcher.yaml"] != "tampered"
+
+
+async def test_an_unreachable_runtime_shows_in_its_kyma_and_a_metric(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    name = f"skr-gone-{uuid.uuid4().hex[:4]}"
+    nowhere = kubeconfigs.build(
+        cluster=name,
+        server=f"https://127.0.0.1:{net.free_port()}",
+        ca_pem=pki.create_ca("x").cert_pem,
+        user="x",
+        token="x",
+    )
+    await register_runtime(kcp.api, name, nowhere, {})
+    try:
+        async with run_controller(watcher_install=INSTALL) as running:
+
+            async def unreachable() -> bool:
+                kyma = await kube.request(kcp.api, "GET", crds.KYMA.object_path("kcp-system", name))
+                return bool((kyma.get("status") or {}).get("watcher", {}).get("state") == "Unreachable")
+
+            await eventually(unreachable, what="Unreachable in KCP's Kyma status")
+            sample = running.shared.registry.get_sample_value
+            assert sample("kyma_reconciler_runtime_reachable", {"runtime": name}) == 0
+    finally:
+        await kube.delete(kcp.api, crds.KYMA.object_path("kcp-system", name))
+
+
+async def test_the_watcher_goes_with_its_kyma(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    skr = kcp.skrs["skr-2"]
+    async with run_controller(watcher_install=INSTALL):
+        await eventually(lambda: _exists(skr, DEPLOYMENT), what="installed in skr-2")
+        await kube.request(kcp.api, "DELETE", crds.KYMA.object_path("kcp-system", "skr-2"))
+        await eventually(lambda: _all_gone(skr), what="every watcher object removed")
+
+
+async def _all_gone(api: kube.ApiClient) -> bool:
+    paths = [DEPLOYMENT, CONFIG, "/apis/rbac.authorization.k8s.io/v1/clusterroles/kyma-watcher"]
+    return all([await _get(api, path) is None for path in paths])
+
+
+def test_a_daemonset_instead_where_asked() -> None:
+    daemons = settings.WatcherInstallSettings.model_validate({**INSTALL, "kind": "DaemonSet"})
+    rendered = watcher_objects.render("skr-1", daemons, module="kyma-sync")
+    [workload] = [o for o in rendered if o["kind"] in ("Deployment", "DaemonSet")]
+    assert workload["kind"] == "DaemonSet" and "replicas" not in workload["spec"]
