@@ -94,7 +94,8 @@ async def test_the_union_is_visible_in_kcp_and_the_runtimes_channel_choice_stand
     kcp: Kcp, run_controller: Callable[..., Any]
 ) -> None:
     """KCP's status lists every module of the runtime and who asked for it; the channel is KCP's only at creation."""
-    await kube.request(kcp.api, "PATCH", KCP_KYMA, body={"spec": {"modules": [{"name": "keda"}]}}, content_type=MERGE)
+    body = {"spec": {"channel": "regular", "modules": [{"name": "keda"}]}}
+    await kube.request(kcp.api, "PATCH", KCP_KYMA, body=body, content_type=MERGE)
     async with run_controller(
         kyma={"enabled": True, "resync_seconds": 1, "runtime_crds": "create-if-absent"}
     ) as running:
