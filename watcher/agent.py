@@ -40,6 +40,7 @@ class Agent:
         self._api = api
         self._base = config.load(config_path)
         self._watch_set: watch_sets.WatchSet | None = None
+        self._progress: pipeline.Progress | None = None
         self.settings = self._base
         self.metrics = metrics.WatcherMetrics(registry or observability_metrics.component_registry())
         self.elector = lease.LeaderElector(api, self.settings.lease, identity=identity)
@@ -51,7 +52,10 @@ class Agent:
         return self.elector.leading
 
     async def run(self, *, stop: asyncio.Event) -> None:
-        runner = web.AppRunner(endpoints.management_app(self.metrics.registry, lambda: None), access_log=None)
+        runner = web.AppRunner(
+            endpoints.management_app(self.metrics.registry, self.readiness, configuration=self.configuration),
+            access_log=None,
+        )
         await runner.setup()
         try:
             if self.settings.management_port is not None:
@@ -66,16 +70,41 @@ class Agent:
         finally:
             await runner.cleanup()
 
+    def readiness(self) -> str | None:
+        """Leader: ready once every source has listed. Follower: ready while it can reach the Lease (to take over)."""
+        if self.elector.leading:
+            progress = self._progress
+            if progress is None or progress.unlisted():
+                waiting = "?" if progress is None else f"{progress.unlisted()} of {progress.sources}"
+                return f"leading; sources not listed yet: {waiting}"
+            return None
+        if not self.elector.reachable:
+            return "cannot reach the apiserver's Lease: not ready to take over"
+        return None
+
+    def configuration(self) -> dict[str, object]:
+        """What this watcher runs with now (file and KCP's watch set merged) and the watch set's revision."""
+        return {
+            "watch_set_revision": self._watch_set.revision if self._watch_set else None,
+            "leading": self.elector.leading,
+            "settings": self.settings.model_dump(mode="json"),
+        }
+
     async def _lead(self, lost: asyncio.Event) -> None:
         self.metrics.leader.set(1)
         try:
             while not lost.is_set():
                 self._reconfigured.clear()
                 pipeline_stop = asyncio.Event()
+                self._progress = pipeline.Progress()
                 async with asyncio.TaskGroup() as group:
                     group.create_task(
                         pipeline.run(
-                            api=self._api, settings=self.settings, watcher_metrics=self.metrics, stop=pipeline_stop
+                            api=self._api,
+                            settings=self.settings,
+                            watcher_metrics=self.metrics,
+                            stop=pipeline_stop,
+                            progress=self._progress,
                         )
                     )
                     await aio.wait_any(lost, self._reconfigured)

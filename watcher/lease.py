@@ -40,6 +40,8 @@ class LeaderElector:
         self._path = LEASES.object_path(settings.namespace, settings.name)
         self.identity = identity
         self.leading = False
+        self.reachable = False
+        """Whether the last Lease request got an answer: a follower that can take over is ready."""
 
     async def run(self, *, stop: asyncio.Event, lead: Lead) -> None:
         """Campaign until ``stop``; while leader, run ``lead(lost)``, which must return once lost is set."""
@@ -81,6 +83,7 @@ class LeaderElector:
     async def _try_acquire(self) -> bool:
         try:
             lease = await self._read()
+            self.reachable = True
             if lease is None:
                 await kube.request(
                     self._api,
@@ -105,6 +108,7 @@ class LeaderElector:
             return True
         except kube.KubeError as exc:
             if not isinstance(exc, (kube.ConflictError, kube.NotFoundError)):
+                self.reachable = False
                 log.warning("lease unavailable", extra={"status": exc.status, "reason": exc.reason})
             return False
 

@@ -1,6 +1,7 @@
 """The leader's work: sources feed the queue, senders drain it, the checkpoint follows deliveries."""
 
 import asyncio
+import dataclasses
 import functools
 import logging
 from datetime import UTC, datetime
@@ -12,6 +13,17 @@ from watcher import checkpoint, config, delivery, metrics, noise, source
 from watcher import queue as queue_mod
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Progress:
+    """How far the leader's pipeline is: ready once every source has listed (its readiness)."""
+
+    sources: int = 0
+    listed: set[str] = dataclasses.field(default_factory=set)
+
+    def unlisted(self) -> int:
+        return self.sources - len(self.listed)
 
 
 async def _load_checkpoint(store: checkpoint.CheckpointStore, *, stop: asyncio.Event) -> checkpoint.Checkpoint | None:
@@ -84,8 +96,10 @@ async def run(
     settings: config.WatcherConfig,
     watcher_metrics: metrics.WatcherMetrics,
     stop: asyncio.Event,
+    progress: Progress | None = None,
 ) -> None:
     """Watch, filter, queue and deliver until ``stop``; then save the checkpoint one last time."""
+    progress = progress or Progress()
     store = checkpoint.CheckpointStore(api, settings.checkpoint)
     state = await _load_checkpoint(store, stop=stop)
     if state is None:
@@ -106,10 +120,12 @@ async def run(
             watcher_metrics=watcher_metrics,
             paused=settings.is_paused,
             watch_timeout_seconds=settings.watch_timeout_seconds,
+            on_listed=progress.listed.add,
         )
         for spec in settings.watches
         for namespace in (spec.namespaces or (None,))
     ]
+    progress.sources = len(sources)
     try:
         async with asyncio.TaskGroup() as group:
             group.create_task(_keep_checkpoint(store, state, interval=settings.checkpoint.interval_seconds, stop=stop))

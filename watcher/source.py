@@ -40,6 +40,7 @@ class Source:
         watcher_metrics: metrics.WatcherMetrics,
         paused: Callable[[str], bool],
         watch_timeout_seconds: int,
+        on_listed: Callable[[str], None] = lambda scope: None,
     ) -> None:
         self._api = api
         self._spec = spec
@@ -52,6 +53,7 @@ class Source:
         self._paused = paused
         self._watch_timeout = watch_timeout_seconds
         self._seen: dict[str, noise.Seen] = {}
+        self._on_listed = on_listed
 
     @property
     def _watch_key(self) -> str:
@@ -82,6 +84,7 @@ class Source:
             if uid not in present and self._in_scope(entry.namespace):
                 await self._observe(events.ChangeType.DELETED, _tombstone(uid, entry, self._spec), tombstone=True)
         self._metrics.relists.inc()
+        self._on_listed(f"{self._watch_key}|{self._namespace or '*'}")
 
     async def changed(self, kind: str, obj: dict[str, Any]) -> None:
         await self._observe(events.ChangeType(kind), obj)

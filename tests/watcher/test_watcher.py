@@ -1,14 +1,18 @@
 """The watcher against a real SKR apiserver: exactly the expected events reach the listener."""
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import pytest
 
-from contract import events
+from clients import kube
+from contract import events, watch_sets
 from devenv import net
 
+from ..waiting import eventually
 from .conftest import MODULE, Runtime, resource_version
 
 pytestmark = pytest.mark.integration
@@ -180,3 +184,44 @@ async def test_the_active_watcher_heartbeats_while_it_leads(runtime: Runtime, st
     await asyncio.sleep(1.5)
     assert len(runtime.listener.heartbeats) == after_stop
     assert {beat.runtime for beat in runtime.listener.heartbeats} == {"skr-1"}
+
+
+async def _management(agent: Any, path: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(f"{agent.management_url}{path}") as response:
+        return response.status, await response.text()
+
+
+async def test_readiness_is_real_and_the_configuration_is_shown(
+    runtime: Runtime, start_agent: Callable[..., Any]
+) -> None:
+    """The leader is ready once its sources listed, a follower while it could take over; /config shows what runs,
+    including KCP's watch set and its revision."""
+    watch_set = watch_sets.WatchSet.of(
+        [
+            watch_sets.CentralWatch(
+                group="", version="v1", resource="secrets", label_selector="team=kcp", module="kyma-sync"
+            )
+        ]
+    )
+    await kube.request(
+        runtime.api,
+        "POST",
+        kube.CONFIGMAPS.path(runtime.namespace),
+        body={"metadata": {"name": "watch-set"}, "data": {watch_sets.DATA_KEY: watch_set.encode()}},
+    )
+    document = runtime.config(central={"namespace": runtime.namespace, "config_map": "watch-set"})
+    path = runtime.write_config(document)
+    async with start_agent(path, "leader") as leader, start_agent(path, "follower") as follower:
+        await leader.wait_synced(sources=2)
+        await eventually(lambda: _status_is(leader.agent, 200), what="the leader ready")
+        await eventually(lambda: _status_is(follower.agent, 200), what="the follower ready to take over")
+        assert not follower.agent.leading
+        status, body = await _management(leader.agent, "/config")
+        shown = json.loads(body)
+        assert status == 200 and shown["watch_set_revision"] == watch_set.revision and shown["leading"] is True
+        assert {w["resource"] for w in shown["settings"]["watches"]} == {"configmaps", "secrets"}
+        assert "BEGIN" not in body, "paths to the key, never the key"
+
+
+async def _status_is(agent: Any, status: int) -> bool:
+    return (await _management(agent, "/readyz"))[0] == status
