@@ -86,6 +86,13 @@ def _parser() -> argparse.ArgumentParser:
     rotate.add_argument("--once", action="store_true", help="one pass, then exit (default: loop)")
     rotate.add_argument("--interval", type=duration, default=duration("5m"), help="between passes (default 5m)")
     rotate.add_argument("--lifetime", type=duration, default=duration("30d"), help="certificate lifetime (default 30d)")
+    rotate.add_argument("--concurrency", type=int, default=16, help="runtimes rotated at once (default 16)")
+    rotate.add_argument(
+        "--runtime-timeout",
+        type=duration,
+        default=duration("60s"),
+        help="one runtime's rotation may take this long before it counts as failed (default 60s)",
+    )
     rotate.add_argument("--access", type=Path, help="module access definitions; without it only certificates rotate")
     _add_identity(rotate)
     rotate.add_argument(
@@ -204,8 +211,12 @@ async def _execute(args: argparse.Namespace, store: stores.Store, kcp: kube.ApiC
         )
     elif args.command == "rotate":
         assert kcp is not None
+        if args.concurrency < 1:
+            raise UsageError("--concurrency must be at least 1")
         settings = rotation.RotationSettings(
             certificate_lifetime=args.lifetime,
+            concurrency=args.concurrency,
+            runtime_timeout_seconds=args.runtime_timeout.total_seconds(),
             identity=args.identity,
             module_access=access.load_access(args.access) if args.access else None,
         )

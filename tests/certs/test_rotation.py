@@ -288,3 +288,36 @@ async def test_an_unreadable_master_kubeconfig_fails_its_runtime_without_quoting
         await kube.request(kcp_api, "DELETE", kube.SECRETS.object_path(wire.KCP_NAMESPACE, "kubeconfig-broken"))
     assert "valid YAML at line 2" in report.failures["skr-broken"]
     assert "SUPERSECRETTOKEN" not in json.dumps(dataclasses.asdict(report), default=str)
+
+
+async def test_a_hanging_runtime_costs_its_own_slot_only(
+    kcp_api: kube.ApiClient, registered_runtimes: list[str], tmp_path: Path
+) -> None:
+    """An apiserver that accepts connections and never answers fails its runtime after the per-runtime limit;
+    the others are rotated meanwhile (bounded concurrency, not one after the other)."""
+
+    done = asyncio.Event()
+    handlers: list[asyncio.Task[None]] = []
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handlers.append(asyncio.current_task())  # type: ignore[arg-type]  # a handler always runs in a task
+        await reader.read(1024)
+        await done.wait()
+        writer.close()
+
+    hanging = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = hanging.sockets[0].getsockname()[1]
+    silent = kubeconfigs.build(
+        cluster="silent", server=f"https://127.0.0.1:{port}", ca_pem=pki.create_ca("x").cert_pem, user="x", token="x"
+    )
+    await _master_secret(kcp_api, name="kubeconfig-silent", runtime="skr-silent", kubeconfig=silent)
+    try:
+        settings_ = dataclasses.replace(HOURLY, concurrency=4, runtime_timeout_seconds=1.0)
+        report = await rotation.rotate_once(kcp=kcp_api, store=await _fresh_store(tmp_path), settings=settings_)
+    finally:
+        done.set()
+        hanging.close()
+        await asyncio.gather(*handlers, return_exceptions=True)
+        await kube.request(kcp_api, "DELETE", kube.SECRETS.object_path(wire.KCP_NAMESPACE, "kubeconfig-silent"))
+    assert list(report.failures) == ["skr-silent"] and "within 1s" in report.failures["skr-silent"]
+    assert sorted(report.certificates) == sorted(registered_runtimes)
