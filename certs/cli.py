@@ -37,13 +37,13 @@ def duration(text: str) -> datetime.timedelta:
     return datetime.timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kyma-certs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--store", type=Path, help="CA store directory (local use)")
-    where.add_argument("--store-secret", metavar="NAMESPACE/NAME", help="CA store Secret in KCP")
+    where.add_argument("--store-secret", type=namespaced, metavar="NAMESPACE/NAME", help="CA store Secret in KCP")
     parser.add_argument("--kcp-kubeconfig", type=Path, help="kubeconfig of the KCP cluster")
     observability_cli.add_version(parser)
     parser.add_argument("--log-level", default="WARNING")
@@ -88,6 +88,23 @@ def _parser() -> argparse.ArgumentParser:
     rotate.add_argument("--lifetime", type=duration, default=duration("30d"), help="certificate lifetime (default 30d)")
     rotate.add_argument("--concurrency", type=int, default=16, help="runtimes rotated at once (default 16)")
     rotate.add_argument(
+        "--trust-secret",
+        type=namespaced,
+        metavar="NAMESPACE/NAME",
+        help="keep the listener's trust Secret (trust-bundle.crt, crl.pem) up to date, CRLs republished before expiry",
+    )
+    rotate.add_argument(
+        "--listener-tls-secret",
+        type=namespaced,
+        metavar="NAMESPACE/NAME",
+        help="renew the listener's serving certificate",
+    )
+    rotate.add_argument(
+        "--listener-hosts",
+        default="",
+        help="comma-separated DNS names and IPs of the listener (with --listener-tls-secret)",
+    )
+    rotate.add_argument(
         "--runtime-timeout",
         type=duration,
         default=duration("60s"),
@@ -120,6 +137,13 @@ def _add_identity(command: argparse.ArgumentParser) -> None:
         help="the certificate's CN: the runtime's Kyma name (default), or the kyma-project.io/runtime-id label of its "
         "master kubeconfig Secret, as upstream lifecycle-manager issues them (the listener then maps it back)",
     )
+
+
+def namespaced(text: str) -> tuple[str, str]:
+    namespace, _, name = text.partition("/")
+    if not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE/NAME")
+    return namespace, name
 
 
 class UsageError(Exception):
@@ -213,9 +237,14 @@ async def _execute(args: argparse.Namespace, store: stores.Store, kcp: kube.ApiC
         assert kcp is not None
         if args.concurrency < 1:
             raise UsageError("--concurrency must be at least 1")
+        hosts = tuple(h.strip() for h in args.listener_hosts.split(",") if h.strip())
+        if bool(args.listener_tls_secret) != bool(hosts):
+            raise UsageError("--listener-tls-secret and --listener-hosts go together")
         settings = rotation.RotationSettings(
             certificate_lifetime=args.lifetime,
             concurrency=args.concurrency,
+            trust_secret=args.trust_secret,
+            listener_tls=(*args.listener_tls_secret, hosts) if args.listener_tls_secret else None,
             runtime_timeout_seconds=args.runtime_timeout.total_seconds(),
             identity=args.identity,
             module_access=access.load_access(args.access) if args.access else None,
@@ -255,9 +284,7 @@ async def _main(args: argparse.Namespace) -> None:
     kcp = await _kcp(args) if needs_kcp else None
     try:
         if args.store_secret:
-            namespace, _, name = args.store_secret.partition("/")
-            if not namespace or not name:
-                raise UsageError("--store-secret takes NAMESPACE/NAME")
+            namespace, name = args.store_secret
             assert kcp is not None
             store: stores.Store = stores.SecretStore(kcp, namespace=namespace, name=name)
         else:
@@ -269,7 +296,7 @@ async def _main(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     logs.configure(level=args.log_level)
     try:
         asyncio.run(_main(args))

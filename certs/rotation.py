@@ -11,6 +11,8 @@ import asyncio
 import base64
 import dataclasses
 import datetime
+import hashlib
+import json
 import logging
 import random
 import time
@@ -40,6 +42,12 @@ class RotationSettings:
     certificate_lifetime: datetime.timedelta = pki.DEFAULT_CERT_LIFETIME
     renew_fraction: float = 2 / 3
     module_access: access.AccessConfig | None = None
+    trust_secret: tuple[str, str] | None = None
+    """(namespace, name) of the Secret the listener mounts: trust bundle and CRLs, republished when they change and
+    well before the CRLs expire (their nextUpdate is a week out)."""
+    listener_tls: tuple[str, str, tuple[str, ...]] | None = None
+    """(namespace, name, hosts) of the listener's serving certificate Secret, renewed like a runtime's."""
+    listener_tls_lifetime: datetime.timedelta = datetime.timedelta(days=90)
     concurrency: int = 16
     """Runtimes rotated at once: 10,000 runtimes at ~50 ms each take under a minute, well within a token's life."""
     runtime_timeout_seconds: float = 60.0
@@ -57,6 +65,10 @@ class Report:
     """Runtimes looked at so far in this pass."""
     total: int = 0
     """Runtimes in this pass."""
+    trust_published: bool = False
+    """The listener's trust bundle and CRLs were (re)written in this pass."""
+    listener_certificate: bool = False
+    """The listener's serving certificate was renewed in this pass."""
     earliest_certificate_expiry: datetime.datetime | None = None
     """When the first of the runtime certificates seen in this pass expires."""
 
@@ -173,6 +185,8 @@ def _renewal_reason(
         issued_to = None
     if issued_to != identity:
         return f"issued to {issued_to!r}, the identity is now {identity!r}"
+    if ca.is_revoked(certificate):
+        return "revoked (a new certificate; the old one stays in the CRL)"
     if not ca.is_current_issuer(certificate):
         return "issued by a CA that is no longer current"
     if bundle != ca.trust_bundle():
@@ -210,6 +224,77 @@ async def _rotate_runtime(
             report.kubeconfigs.append(f"{module}/{runtime.name}")
 
 
+_TRUST_REVOKED = "kyma-sync.kyma-project.io/revoked"
+_TRUST_REFRESH_AFTER = "kyma-sync.kyma-project.io/refresh-after"
+_CRL_REFRESH = datetime.timedelta(days=3)
+"""Republished this long after the last time: the CRLs' nextUpdate (7 days) is never reached."""
+
+
+async def publish_trust(kcp: kube.ApiClient, ca: authority.Authority, *, namespace: str, name: str) -> bool:
+    """The listener's trust Secret brought up to date (bundle, CRLs); True if it was written."""
+    files = ca.to_files()
+    revoked = hashlib.sha256(json.dumps(ca.revoked, sort_keys=True).encode()).hexdigest()[:16]
+    now = datetime.datetime.now(datetime.UTC)
+    current = await kube.get_or_none(kcp, kube.SECRETS.object_path(namespace, name))
+    if current is not None:
+        annotations = current["metadata"].get("annotations") or {}
+        same_bundle = base64.b64decode((current.get("data") or {}).get(authority.BUNDLE, "")) == files[authority.BUNDLE]
+        refresh_after = annotations.get(_TRUST_REFRESH_AFTER)
+        if (
+            same_bundle
+            and annotations.get(_TRUST_REVOKED) == revoked
+            and refresh_after
+            and (datetime.datetime.fromisoformat(refresh_after) > now)
+        ):
+            return False
+    await stores.write_secret(
+        kcp,
+        namespace=namespace,
+        name=name,
+        data={authority.BUNDLE: files[authority.BUNDLE], authority.CRL: files[authority.CRL]},
+        annotations={_TRUST_REVOKED: revoked, _TRUST_REFRESH_AFTER: (now + _CRL_REFRESH).isoformat()},
+    )
+    return True
+
+
+async def renew_listener_certificate(
+    kcp: kube.ApiClient,
+    ca: authority.Authority,
+    *,
+    namespace: str,
+    name: str,
+    hosts: tuple[str, ...],
+    lifetime: datetime.timedelta,
+    fraction: float,
+) -> bool:
+    """The listener's serving certificate renewed when missing, of an old CA, for other hosts or due; True if so."""
+    current = await kube.get_or_none(kcp, kube.SECRETS.object_path(namespace, name))
+    data = (current or {}).get("data") or {}
+    if "tls.crt" in data:
+        certificate = x509.load_pem_x509_certificate(base64.b64decode(data["tls.crt"]))
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        served = {str(n) for n in names.get_values_for_type(x509.DNSName)} | {
+            str(n) for n in names.get_values_for_type(x509.IPAddress)
+        }
+        fine = (
+            ca.is_current_issuer(certificate)
+            and served == set(hosts)
+            and not authority.is_due(certificate, fraction=fraction)
+            and base64.b64decode(data.get("ca.crt", "")) == ca.trust_bundle()
+        )
+        if fine:
+            return False
+    pair = ca.issue_server(hosts, lifetime=lifetime)
+    await stores.write_secret(
+        kcp,
+        namespace=namespace,
+        name=name,
+        data={"tls.crt": pair.cert_pem, "tls.key": pair.key_pem, "ca.crt": ca.trust_bundle()},
+        secret_type="kubernetes.io/tls",
+    )
+    return True
+
+
 async def rotate_once(
     *, kcp: kube.ApiClient, store: stores.Store, settings: RotationSettings, progress: Progress | None = None
 ) -> Report:
@@ -220,6 +305,20 @@ async def rotate_once(
         await store.write(refreshed)  # e.g. the overlap of a CA rotation ended
     known = await runtimes.list_runtimes(kcp, identity=settings.identity)
     report = Report(total=len(known.runtimes) + len(known.unusable))
+    if settings.trust_secret is not None:
+        namespace, name = settings.trust_secret
+        report.trust_published = await publish_trust(kcp, ca, namespace=namespace, name=name)
+    if settings.listener_tls is not None:
+        namespace, name, hosts = settings.listener_tls
+        report.listener_certificate = await renew_listener_certificate(
+            kcp,
+            ca,
+            namespace=namespace,
+            name=name,
+            hosts=hosts,
+            lifetime=settings.listener_tls_lifetime,
+            fraction=settings.renew_fraction,
+        )
     for name, why in known.unusable.items():
         log.error("rotation failed for runtime", extra={"runtime": name, "error": why})
         report.failures[name] = why

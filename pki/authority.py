@@ -132,6 +132,14 @@ class Authority:
         if serial not in serials:
             serials.append(serial)
 
+    def is_revoked(self, certificate: x509.Certificate) -> bool:
+        """Whether a trusted CA of this store revoked it (its serial is in that CA's CRL)."""
+        return any(
+            certificate.serial_number in self.revoked.get(_key(ca), [])
+            for ca in self.trusted()
+            if pki.signed_by(certificate, ca.certificate)
+        )
+
     def _crl(self, ca: pki.KeyPair) -> x509.CertificateRevocationList:
         return pki.build_crl(ca, self.revoked.get(_key(ca), []))
 

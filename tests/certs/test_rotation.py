@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from cryptography import x509
 from prometheus_client import CollectorRegistry
 
 from certs import rotation, runtimes, stores
@@ -321,3 +322,44 @@ async def test_a_hanging_runtime_costs_its_own_slot_only(
         await kube.request(kcp_api, "DELETE", kube.SECRETS.object_path(wire.KCP_NAMESPACE, "kubeconfig-silent"))
     assert list(report.failures) == ["skr-silent"] and "within 1s" in report.failures["skr-silent"]
     assert sorted(report.certificates) == sorted(registered_runtimes)
+
+
+async def test_trust_and_the_listener_certificate_are_kept_and_a_revoked_runtime_is_reissued(
+    kcp_api: kube.ApiClient, skr_api: kube.ApiClient, registered_runtimes: list[str], tmp_path: Path
+) -> None:
+    """The pass publishes the listener's trust bundle and CRL and its serving certificate, rewriting nothing
+    unchanged; a revoked runtime certificate is replaced, and its serial stays in the republished CRL."""
+    store = await _fresh_store(tmp_path)
+    trust, tls = ("kcp-system", "kyma-sync-trust-test"), ("kcp-system", "kyma-listener-tls-test")
+    keeping = dataclasses.replace(HOURLY, trust_secret=trust, listener_tls=(*tls, ("listener.kcp.example.com",)))
+    first = await rotation.rotate_once(kcp=kcp_api, store=store, settings=keeping)
+    assert first.trust_published and first.listener_certificate
+    versions = [await _version(kcp_api, *trust), await _version(kcp_api, *tls)]
+    second = await rotation.rotate_once(kcp=kcp_api, store=store, settings=keeping)
+    assert not second.trust_published and not second.listener_certificate and not second.certificates
+    assert [await _version(kcp_api, *trust), await _version(kcp_api, *tls)] == versions
+    revoked = await runtime_certificate(skr_api)
+    ca = authority.Authority.from_files(await store.read())
+    ca.revoke(revoked.certificate)
+    await store.write(ca.to_files())
+    third = await rotation.rotate_once(kcp=kcp_api, store=store, settings=keeping)
+    assert third.trust_published
+    skr = identity.runtime_of(revoked.certificate)
+    assert skr in third.certificates, "a revoked certificate is replaced"
+    published = await kube.request(kcp_api, "GET", kube.SECRETS.object_path(*trust))
+    crl_pems = base64.b64decode(published["data"]["crl.pem"])
+    serials = {entry.serial_number for crl in _crls(crl_pems) for entry in crl}
+    assert revoked.certificate.serial_number in serials, "the revocation survives the re-issue"
+    renewed = await runtime_certificate(skr_api)
+    assert renewed.certificate.serial_number not in serials
+
+
+async def _version(api: kube.ApiClient, namespace: str, name: str) -> str:
+    return str(
+        (await kube.request(api, "GET", kube.SECRETS.object_path(namespace, name)))["metadata"]["resourceVersion"]
+    )
+
+
+def _crls(pems: bytes) -> list[x509.CertificateRevocationList]:
+    marker = b"-----BEGIN X509 CRL-----"
+    return [x509.load_pem_x509_crl(marker + chunk) for chunk in pems.split(marker) if chunk.strip()]

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from certs import cli as certs_cli
 from certs import rotation
 from clients import kube, objects
 from contract import wire
@@ -31,7 +32,7 @@ from watcher import config as watcher_config
 from watcher import metrics as watcher_metrics
 
 CHARTS = Path(__file__).parents[2] / "charts"
-REQUIRED = {"kyma-watcher": ["--set", "runtime=skr-1"], "kyma-listener": [], "kyma-reconciler": []}
+REQUIRED = {"kyma-watcher": ["--set", "runtime=skr-1"], "kyma-listener": [], "kyma-reconciler": [], "kyma-certs": []}
 
 
 @pytest.fixture(scope="module")
@@ -249,6 +250,7 @@ async def test_rendered_objects_are_accepted_by_a_real_apiserver(
     namespace = "charts-" + chart.removeprefix("kyma-")
     await kube.ensure_namespace(kcp_api, namespace)
     await kube.ensure_namespace(kcp_api, "kyma-sync-kubeconfigs")
+    await kube.ensure_namespace(kcp_api, wire.KCP_NAMESPACE)  # the certs chart's Roles live there
     cluster = objects.ClusterObjects(kcp_api, field_manager=wire.RECONCILER_FIELD_MANAGER)
     docs = (
         render(helm, chart, "-f", str(bus_values), namespace=namespace)
@@ -971,3 +973,31 @@ def test_the_reconciler_chart_can_install_the_watchers(helm: Path) -> None:
     config = reconciler_settings.ReconcilerSettings.model_validate(embedded(docs, "reconciler.yaml"))
     assert config.watcher_install.enabled and config.watcher_install.kind == "DaemonSet"
     assert config.watcher_install.listeners == ("https://kyma-listener.kcp.example.com",)
+
+
+def test_the_certs_chart_runs_a_command_line_kyma_certs_accepts(helm: Path) -> None:
+    """The rotation loop's arguments as the chart renders them parse with kyma-certs' own parser."""
+    docs = render(
+        helm,
+        "kyma-certs",
+        "--set",
+        "identity=runtime-id",
+        "--set",
+        "listenerTls.secret=kcp-system/kyma-listener-tls",
+        "--set",
+        "listenerTls.hosts={kyma-listener.kcp.example.com}",
+        "--set-json",
+        'moduleAccess={"kyma-sync": {"clusterRules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]}}',
+        namespace="kcp-system",
+    )
+    [deployment] = [d for d in docs if d["kind"] == "Deployment"]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    args = certs_cli.parser().parse_args(container["args"])
+    assert args.command == "rotate" and args.identity == "runtime-id" and args.concurrency == 16
+    assert args.trust_secret == ("kcp-system", "kyma-sync-trust")
+    assert args.listener_tls_secret == ("kcp-system", "kyma-listener-tls")
+    assert args.listener_hosts == "kyma-listener.kcp.example.com"
+    [access_map] = [d for d in docs if d["kind"] == "ConfigMap"]
+    assert "kyma-sync" in yaml.safe_load(access_map["data"]["access.yaml"])["modules"]
+    roles = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "Role"}
+    assert set(roles) == {"kcp-system", "kyma-sync-kubeconfigs"}
