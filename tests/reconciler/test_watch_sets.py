@@ -119,6 +119,7 @@ async def test_drift_of_any_synced_kind_is_reset_through_the_derived_watch_set(
     nats = (landscape.nats.url,)
     async with run_controller(resync_seconds=3600, nats_servers=nats, watch_sets={"enabled": True}):
         await kcp.create("drifting", {"kyma": "skr-1", "items": [_service_account(kcp), _deployment(kcp)]})
+        await eventually(lambda: _synced(kcp, "drifting"), what="synced (records are journaled before the writes)")
         await eventually(lambda: _watched(kcp, "serviceaccounts", "deployments"), what="the watch set written")
         written = await _watch_set(kcp)
         assert written is not None
@@ -146,6 +147,10 @@ async def test_drift_of_any_synced_kind_is_reset_through_the_derived_watch_set(
             await eventually(lambda: _label_is(kcp, sa, "tier", "gold"), timeout=20, what="the ServiceAccount reset")
             await eventually(lambda: _replicas_are(kcp, deployment, 1), timeout=20, what="the Deployment reset")
             print(f"both reset {asyncio.get_running_loop().time() - edited_at:.2f}s after the edits")
+
+
+async def _synced(kcp: Kcp, name: str) -> bool:
+    return await kcp.state(name) == "Ready"
 
 
 async def _watched(kcp: Kcp, *resources: str) -> bool:
