@@ -32,6 +32,7 @@ class CentralWatch(_Strict):
     resource: str = Field(min_length=1, max_length=253)
     label_selector: str = Field(min_length=1)
     module: ids.ModuleNameField
+    ignore_fields: tuple[str, ...] = ()
 
 
 class WatchSet(_Strict):
@@ -44,7 +45,9 @@ class WatchSet(_Strict):
     def of(
         cls, watches: list[CentralWatch], *, paused: bool = False, paused_modules: tuple[str, ...] = ()
     ) -> "WatchSet":
-        ordered = tuple(sorted(set(watches), key=lambda w: (w.group, w.resource, w.label_selector, w.module)))
+        ordered = tuple(
+            sorted(set(watches), key=lambda w: (w.group, w.resource, w.label_selector, w.module, w.ignore_fields))
+        )
         modules = tuple(sorted(set(paused_modules)))
         body = json.dumps(
             {"watches": [w.model_dump() for w in ordered], "paused": paused, "paused_modules": modules}, sort_keys=True

@@ -14,6 +14,7 @@ GROUP = "operator.kyma-project.io"
 SYNC_RESOURCE = kube.Gvr(GROUP, "v1alpha1", "syncresources")
 SYNC_BINDING = kube.Gvr(GROUP, "v1alpha1", "syncbindings")
 SYNC_RECORD = kube.Gvr(GROUP, "v1alpha1", "syncrecords")
+MODULE_WATCH = kube.Gvr(GROUP, "v1alpha1", "modulewatches")
 SYNC_RECORD_SHARDS = 64
 """How many SyncRecords a SyncResource's records are spread over (``reconciler.records``)."""
 KYMA = kube.KYMAS
@@ -300,6 +301,46 @@ def _kind_rules(description: str) -> dict[str, Any]:
     }
 
 
+def module_watch_crd() -> dict[str, Any]:
+    """A module team's watch in every (selected) runtime (cluster-scoped: admins grant what watchers may read)."""
+    spec = {
+        "type": "object",
+        "description": "What the watchers of the selected runtimes also watch and report to a module's subjects.",
+        "required": ["module", "version", "resource", "labelSelector"],
+        "properties": {
+            "module": _string(
+                model.DNS_LABEL, 63, "the module the changes are routed to (kyma.events.<module>.<runtime>)"
+            ),
+            "group": _described(
+                'API group of the watched resource; "" for the core group', type="string", maxLength=253
+            ),
+            "version": _described("its API version", type="string", minLength=1, maxLength=63),
+            "resource": _described(
+                "its plural resource name, e.g. configmaps", type="string", minLength=1, maxLength=253
+            ),
+            "labelSelector": _described(
+                "only objects with these labels are reported (required: a watch of everything would be noise)",
+                type="string",
+                minLength=1,
+            ),
+            "ignoreFields": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "dotted paths whose changes alone are noise, e.g. status",
+            },
+            "runtimeSelector": _selector(
+                "the runtimes (by Kyma labels) whose watchers take this watch; {} or absent: all"
+            ),
+        },
+    }
+    schema = {"type": "object", "properties": {"spec": spec}, "required": ["spec"]}
+    printer = [
+        {"name": "Module", "type": "string", "jsonPath": ".spec.module"},
+        {"name": "Resource", "type": "string", "jsonPath": ".spec.resource"},
+    ]
+    return definition(gvr=MODULE_WATCH, kind="ModuleWatch", short="mw", schema=schema, printer=printer, scope="Cluster")
+
+
 def sync_binding_crd() -> dict[str, Any]:
     """Tenancy: which KCP namespaces may sync what to which runtimes (cluster-scoped: admins only)."""
     spec = {
@@ -473,7 +514,7 @@ def sync_record_crd() -> dict[str, Any]:
 def kcp_crds() -> list[dict[str, Any]]:
     """The CRDs kyma-sync owns, installed and upgraded by the reconciler and its chart
     (`python -m reconciler.crds DIR` writes them)."""
-    return [sync_resource_crd(), sync_binding_crd(), sync_record_crd()]
+    return [sync_resource_crd(), sync_binding_crd(), sync_record_crd(), module_watch_crd()]
 
 
 def lifecycle_manager_crds() -> list[dict[str, Any]]:

@@ -11,9 +11,11 @@ the watcher's ServiceAccount get/list/watch exactly those resources. Written onl
 import logging
 from typing import Any
 
+import pydantic
+
 from clients import informer, kube, objects
 from contract import ids, watch_sets, wire
-from reconciler import controller, crds, records, runtime_clients, settings, workqueue
+from reconciler import controller, crds, model, records, runtime_clients, settings, workqueue
 from reconciler.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,8 @@ class WatchSetController(controller.Controller[ids.RuntimeId]):
             informer.Informer(shared.kcp, crds.SYNC_RECORD, namespace=reconciler_config.sync_resources.namespace)
         )
         self.records.subscribe(self._records_changed)
+        self.module_watches = self.own(informer.Informer(shared.kcp, crds.MODULE_WATCH))
+        self.module_watches.subscribe(lambda change: self.queue.add_all(self.all_keys()))
 
     def all_keys(self) -> list[ids.RuntimeId]:
         return [ids.RuntimeId(r) for r in self.shared.runtimes()]
@@ -79,6 +83,7 @@ class WatchSetController(controller.Controller[ids.RuntimeId]):
                     module=self._module,
                 )
             )
+        watches += self._declared_for(kyma)
         metadata = kyma["metadata"]
         paused_modules = (metadata.get("annotations") or {}).get(watch_sets.PAUSED_MODULES_ANNOTATION, "")
         return watch_sets.WatchSet.of(
@@ -134,6 +139,53 @@ class WatchSetController(controller.Controller[ids.RuntimeId]):
             }
         )
         log.info("watch set written", extra={"revision": watch_set.revision, "watches": len(watch_set.watches)})
+
+    def _declared_for(self, kyma: dict[str, Any]) -> list[watch_sets.CentralWatch]:
+        """The module teams' ModuleWatches that select this runtime; never a watch of Secrets (their bodies
+        would travel to the team's subjects)."""
+        labels = kyma["metadata"].get("labels") or {}
+        declared = []
+        for obj in self.module_watches:
+            try:
+                spec = _ModuleWatchSpec.model_validate(obj.get("spec") or {})
+            except pydantic.ValidationError as exc:
+                log.warning(
+                    "ModuleWatch ignored: invalid", extra={"module_watch": obj["metadata"]["name"], "error": str(exc)}
+                )
+                continue
+            if (spec.group, spec.resource) in _NEVER_WATCHED:
+                log.warning(
+                    "ModuleWatch ignored: Secrets are never watched", extra={"module_watch": obj["metadata"]["name"]}
+                )
+                continue
+            if spec.runtime_selector is not None and not spec.runtime_selector.matches(labels):
+                continue
+            declared.append(
+                watch_sets.CentralWatch(
+                    group=spec.group,
+                    version=spec.version,
+                    resource=spec.resource,
+                    label_selector=spec.label_selector,
+                    module=spec.module,
+                    ignore_fields=spec.ignore_fields,
+                )
+            )
+        return declared
+
+
+_NEVER_WATCHED = {("", "secrets")}
+
+
+class _ModuleWatchSpec(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    module: ids.ModuleNameField
+    group: str = ""
+    version: str
+    resource: str
+    label_selector: str = pydantic.Field(alias="labelSelector", min_length=1)
+    ignore_fields: tuple[str, ...] = pydantic.Field(default=(), alias="ignoreFields")
+    runtime_selector: model.LabelSelector | None = pydantic.Field(default=None, alias="runtimeSelector")
 
 
 def _applied(record: dict[str, Any]) -> list[Any]:

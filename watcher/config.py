@@ -152,13 +152,23 @@ class WatcherConfig(_Section):
         known = {w.key for w in self.watches}
         central = [
             WatchSpec(
-                group=w.group, version=w.version, resource=w.resource, label_selector=w.label_selector, module=w.module
+                group=w.group,
+                version=w.version,
+                resource=w.resource,
+                label_selector=w.label_selector,
+                module=w.module,
+                ignore_fields=w.ignore_fields,
             )
             for w in watch_set.watches
         ]
+        added = []
+        for watch in central:  # one watch per key: the first of two that differ only in ignored fields wins
+            if watch.key not in known:
+                known.add(watch.key)
+                added.append(watch)
         return self.model_copy(
             update={
-                "watches": (*self.watches, *(w for w in central if w.key not in known)),
+                "watches": (*self.watches, *added),
                 "paused": self.paused or watch_set.paused,
                 "paused_modules": tuple(sorted({*self.paused_modules, *watch_set.paused_modules})),
             }

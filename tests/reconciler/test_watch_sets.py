@@ -166,3 +166,67 @@ async def _label_is(kcp: Kcp, path: str, key: str, value: str) -> bool:
 async def _replicas_are(kcp: Kcp, path: str, replicas: int) -> bool:
     found = await kube.request(kcp.skrs["skr-1"], "GET", path)
     return bool(found["spec"]["replicas"] == replicas)
+
+
+async def test_module_teams_declare_watches_for_the_runtimes_they_select_and_never_secrets(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A ModuleWatch (cluster-scoped: an admin's grant) adds its resource, selector, module and ignored fields to the
+    watch sets of the runtimes it selects; one for Secrets is ignored (their bodies would reach the team)."""
+    base = "/apis/operator.kyma-project.io/v1alpha1/modulewatches"
+    declared = {
+        "team-peerings": {
+            "module": "cloud-manager",
+            "group": "cloud-resources.kyma-project.io",
+            "version": "v1beta1",
+            "resource": "vpcpeerings",
+            "labelSelector": "team=cloud",
+            "ignoreFields": ["status"],
+            "runtimeSelector": {"matchLabels": {"team-cloud": "yes"}},
+        },
+        "team-secrets": {"module": "cloud-manager", "version": "v1", "resource": "secrets", "labelSelector": "a=b"},
+    }
+    for name, spec in declared.items():
+        await kube.create_or_replace(
+            kcp.api,
+            base,
+            {
+                "apiVersion": "operator.kyma-project.io/v1alpha1",
+                "kind": "ModuleWatch",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+        )
+    await label_kyma(kcp.api, "skr-1", {"team-cloud": "yes"})
+    try:
+        async with run_controller(watch_sets={"enabled": True, "resync_seconds": 3600}):
+
+            async def team_watch() -> watch_sets.CentralWatch | None:
+                found = await _watch_set(kcp)
+                return next((w for w in (found.watches if found else ()) if w.resource == "vpcpeerings"), None)
+
+            await eventually(lambda: _has(team_watch()), what="the team's watch in skr-1's set")
+            watch = await team_watch()
+            assert watch is not None
+            assert (watch.module, watch.label_selector, watch.ignore_fields) == (
+                "cloud-manager",
+                "team=cloud",
+                ("status",),
+            )
+            found = await _watch_set(kcp)
+            assert found is not None and all(w.resource != "secrets" for w in found.watches)
+            await label_kyma(kcp.api, "skr-1", {"team-cloud": None})
+            await eventually(lambda: _without(kcp, "vpcpeerings"), what="gone once skr-1 is no longer selected")
+    finally:
+        await label_kyma(kcp.api, "skr-1", {"team-cloud": None})
+        for name in declared:
+            await kube.delete(kcp.api, f"{base}/{name}")
+
+
+async def _has(found: Any) -> bool:
+    return await found is not None
+
+
+async def _without(kcp: Kcp, resource: str) -> bool:
+    found = await _watch_set(kcp)
+    return found is not None and all(w.resource != resource for w in found.watches)
