@@ -93,6 +93,11 @@ class ChangeEvent(_Strict):
         description="the object was too large to carry; consumers read it from the runtime",
     )
     trace: TraceContext | None = None
+    watch_set_revision: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{1,64}$",
+        description="the revision of KCP's watch set the watcher reported this under (absent: none followed)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -122,6 +127,7 @@ class ChangeEvent(_Strict):
         body: dict[str, Any] | None,
         observed_at: datetime | None = None,
         trace: TraceContext | None = None,
+        watch_set_revision: str | None = None,
     ) -> "ChangeEvent":
         return cls(
             event_id=derive_event_id(
@@ -139,6 +145,7 @@ class ChangeEvent(_Strict):
             body=body,
             reference_only=body is None and change_type != ChangeType.DELETED,
             trace=trace,
+            watch_set_revision=watch_set_revision,
         )
 
     @property

@@ -105,6 +105,7 @@ class Agent:
                             watcher_metrics=self.metrics,
                             stop=pipeline_stop,
                             progress=self._progress,
+                            watch_set_revision=self._watch_set.revision if self._watch_set else None,
                         )
                     )
                     await aio.wait_any(lost, self._reconfigured)

@@ -97,6 +97,7 @@ async def run(
     watcher_metrics: metrics.WatcherMetrics,
     stop: asyncio.Event,
     progress: Progress | None = None,
+    watch_set_revision: str | None = None,
 ) -> None:
     """Watch, filter, queue and deliver until ``stop``; then save the checkpoint one last time."""
     progress = progress or Progress()
@@ -121,6 +122,7 @@ async def run(
             paused=settings.is_paused,
             watch_timeout_seconds=settings.watch_timeout_seconds,
             on_listed=progress.listed.add,
+            watch_set_revision=watch_set_revision,
         )
         for spec in settings.watches
         for namespace in (spec.namespaces or (None,))

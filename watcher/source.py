@@ -41,6 +41,7 @@ class Source:
         paused: Callable[[str], bool],
         watch_timeout_seconds: int,
         on_listed: Callable[[str], None] = lambda scope: None,
+        watch_set_revision: str | None = None,
     ) -> None:
         self._api = api
         self._spec = spec
@@ -54,6 +55,7 @@ class Source:
         self._watch_timeout = watch_timeout_seconds
         self._seen: dict[str, noise.Seen] = {}
         self._on_listed = on_listed
+        self._revision = watch_set_revision
 
     @property
     def _watch_key(self) -> str:
@@ -136,6 +138,7 @@ class Source:
             body=body,
             observed_at=datetime.now(UTC),
             trace=events.TraceContext(traceparent=carrier["traceparent"]) if "traceparent" in carrier else None,
+            watch_set_revision=self._revision,
         )
         try:
             return queue_mod.Item(self._watch_key, event, events.encode(event))

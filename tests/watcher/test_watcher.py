@@ -195,7 +195,7 @@ async def test_readiness_is_real_and_the_configuration_is_shown(
     runtime: Runtime, start_agent: Callable[..., Any]
 ) -> None:
     """The leader is ready once its sources listed, a follower while it could take over; /config shows what runs,
-    including KCP's watch set and its revision."""
+    including KCP's watch set and its revision, which every event carries too."""
     watch_set = watch_sets.WatchSet.of(
         [
             watch_sets.CentralWatch(
@@ -221,6 +221,10 @@ async def test_readiness_is_real_and_the_configuration_is_shown(
         assert status == 200 and shown["watch_set_revision"] == watch_set.revision and shown["leading"] is True
         assert {w["resource"] for w in shown["settings"]["watches"]} == {"configmaps", "secrets"}
         assert "BEGIN" not in body, "paths to the key, never the key"
+        await runtime.create("cm-revision", {"k": "v"})
+        await runtime.listener.wait_for(lambda: bool(runtime.listener.of("cm-revision")))
+        [event] = [e for e in runtime.listener.received if e.target.name == "cm-revision"]
+        assert event.watch_set_revision == watch_set.revision, "events say which watch set they were seen under"
 
 
 async def _status_is(agent: Any, status: int) -> bool:
