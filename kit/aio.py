@@ -11,9 +11,17 @@ T = TypeVar("T")
 
 
 async def sleep_unless(stop: asyncio.Event, seconds: float) -> bool:
-    """Sleep up to ``seconds``; return True if ``stop`` was set meanwhile."""
+    """Sleep up to ``seconds``; return True if ``stop`` was set meanwhile.
+
+    asyncio.timeout, not asyncio.wait_for: on Python 3.11, wait_for swallows a cancellation that arrives
+    together with ``stop`` (a pipeline's senders are cancelled exactly when its stop is set), and the
+    cancelled task then runs on — it hung a watcher's restart while a change waited for the listener.
+    """
+    if stop.is_set():
+        return True
     try:
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
+        async with asyncio.timeout(seconds):
+            await stop.wait()
     except TimeoutError:
         return False
     return True

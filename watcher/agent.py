@@ -106,6 +106,9 @@ class Agent:
                             stop=pipeline_stop,
                             progress=self._progress,
                             watch_set_revision=self._watch_set.revision if self._watch_set else None,
+                            # A new configuration: deliver what the old one detected first. Leadership lost: stop
+                            # at once (the new leader's relist resends what is left).
+                            drain_for=lambda: 0.0 if lost.is_set() else self.settings.delivery.drain_seconds,
                         )
                     )
                     await aio.wait_any(lost, self._reconfigured)

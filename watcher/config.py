@@ -62,6 +62,12 @@ class DeliverySettings(_Section):
     heartbeat_seconds: float = Field(
         default=60, ge=1, description="how often the active watcher tells the listener it is alive"
     )
+    drain_seconds: float = Field(
+        default=10,
+        ge=0,
+        description="on a configuration change, how long what was already detected may take to be delivered "
+        "before the pipeline restarts (the checkpoint resends whatever is left)",
+    )
 
     @model_validator(mode="after")
     def _retries_deduplicated(self) -> Self:

@@ -1,9 +1,11 @@
 """The leader's work: sources feed the queue, senders drain it, the checkpoint follows deliveries."""
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from clients import kube
@@ -76,6 +78,17 @@ async def _heartbeat(
             return
 
 
+async def _drain(
+    queue: queue_mod.CoalescingQueue, *, stop: asyncio.Event, seconds: Callable[[], float], then: asyncio.Event
+) -> None:
+    """After ``stop``: wait until the queue is empty or ``seconds()`` passed, then set ``then`` (senders end)."""
+    await stop.wait()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds()):
+            await queue.empty()
+    then.set()
+
+
 async def _keep_checkpoint(
     store: checkpoint.CheckpointStore, state: checkpoint.Checkpoint, *, interval: float, stop: asyncio.Event
 ) -> None:
@@ -98,8 +111,13 @@ async def run(
     stop: asyncio.Event,
     progress: Progress | None = None,
     watch_set_revision: str | None = None,
+    drain_for: Callable[[], float] = lambda: 0.0,
 ) -> None:
-    """Watch, filter, queue and deliver until ``stop``; then save the checkpoint one last time."""
+    """Watch, filter, queue and deliver until ``stop``; then save the checkpoint one last time.
+
+    When ``stop`` comes, the sources stop at once and the senders get ``drain_for()`` seconds to deliver
+    what was already detected (a configuration change: under the old configuration, before the switch).
+    """
     progress = progress or Progress()
     store = checkpoint.CheckpointStore(api, settings.checkpoint)
     state = await _load_checkpoint(store, stop=stop)
@@ -130,7 +148,11 @@ async def run(
     progress.sources = len(sources)
     try:
         async with asyncio.TaskGroup() as group:
-            group.create_task(_keep_checkpoint(store, state, interval=settings.checkpoint.interval_seconds, stop=stop))
+            delivered = asyncio.Event()
+            group.create_task(_drain(queue, stop=stop, seconds=drain_for, then=delivered))
+            group.create_task(
+                _keep_checkpoint(store, state, interval=settings.checkpoint.interval_seconds, stop=delivered)
+            )
             group.create_task(
                 _heartbeat(
                     sender=sender,
@@ -146,7 +168,8 @@ async def run(
                 # Senders block in the queue: they are cancelled on stop, not asked.
                 group.create_task(
                     aio.run_until(
-                        stop, _send(queue=queue, sender=sender, state=state, watcher_metrics=watcher_metrics, stop=stop)
+                        delivered,
+                        _send(queue=queue, sender=sender, state=state, watcher_metrics=watcher_metrics, stop=delivered),
                     )
                 )
     finally:

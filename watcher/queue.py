@@ -29,11 +29,17 @@ class Item:
 
 
 class CoalescingQueue:
+    """No lock: the operations never await in between, so none can interleave (one event loop); waits are
+    on Events that every change sets, and each waiter looks again."""
+
     def __init__(self, *, maxsize: int) -> None:
         self._maxsize = maxsize
         self._pending: collections.OrderedDict[Key, Item] = collections.OrderedDict()
         self._in_flight: set[Key] = set()
-        self._changed = asyncio.Condition()
+        self._changed = asyncio.Event()
+        """Set whenever something may be handed out or may fit; waiters clear it and look again."""
+        self._idle = asyncio.Event()
+        self._idle.set()
         self.coalesced = 0
 
     @property
@@ -49,28 +55,44 @@ class CoalescingQueue:
         return item.key in self._pending
 
     async def put(self, item: Item) -> None:
-        async with self._changed:
-            if item.key in self._pending:
+        if item.key in self._pending:
+            self._pending[item.key] = item
+            self.coalesced += 1
+            return
+        while len(self._pending) >= self._maxsize:
+            self._changed.clear()
+            await self._changed.wait()
+            if item.key in self._pending:  # an older change of it arrived meanwhile: replace it
                 self._pending[item.key] = item
                 self.coalesced += 1
-            else:
-                await self._changed.wait_for(lambda: len(self._pending) < self._maxsize)
-                self._pending[item.key] = item
-            self._changed.notify_all()
+                return
+        self._pending[item.key] = item
+        self._moved()
 
     async def get(self) -> Item:
         """The oldest pending change whose object is not already in flight."""
-        async with self._changed:
-            while True:
-                key = next((k for k in self._pending if k not in self._in_flight), None)
-                if key is not None:
-                    self._in_flight.add(key)
-                    self._changed.notify_all()
-                    return self._pending.pop(key)
-                await self._changed.wait()
+        while True:
+            key = next((k for k in self._pending if k not in self._in_flight), None)
+            if key is not None:
+                self._in_flight.add(key)
+                item = self._pending.pop(key)
+                self._moved()
+                return item
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def empty(self) -> None:
+        """Until nothing is pending or in flight."""
+        await self._idle.wait()
 
     async def done(self, item: Item) -> None:
         """``item`` is delivered or given up; its object may be handed out again."""
-        async with self._changed:
-            self._in_flight.discard(item.key)
-            self._changed.notify_all()
+        self._in_flight.discard(item.key)
+        self._moved()
+
+    def _moved(self) -> None:
+        self._changed.set()
+        if self.depth:
+            self._idle.clear()
+        else:
+            self._idle.set()

@@ -229,3 +229,43 @@ async def test_readiness_is_real_and_the_configuration_is_shown(
 
 async def _status_is(agent: Any, status: int) -> bool:
     return (await _management(agent, "/readyz"))[0] == status
+
+
+async def test_what_was_detected_before_a_configuration_change_is_delivered_before_the_switch(
+    runtime: Runtime, start_agent: Callable[..., Any]
+) -> None:
+    """A change waiting on an unavailable listener is delivered by the old pipeline (as the ADDED it was), not
+    dropped with it and found again by the new one's relist (a RESYNC)."""
+    async with start_agent(runtime.write_config(runtime.config())) as running:
+        await running.wait_synced()
+        runtime.listener.available = False
+        await runtime.create("cm-pending", {"k": "v"})
+        await eventually(lambda: runtime.listener.refused_while_down > 0, what="the change waiting for the listener")
+        changed = runtime.config()
+        changed["paused_modules"] = ["some-other-module"]  # any change restarts the pipeline
+        runtime.write_config(changed)
+        await eventually(lambda: running.agent.settings.paused_modules == ("some-other-module",), what="reconfigured")
+        runtime.listener.available = True
+        await runtime.listener.wait_for(lambda: bool(runtime.listener.of("cm-pending")))
+        await running.wait_synced(sources=2)  # the new pipeline listed too
+    assert [kind for kind, _ in runtime.listener.of("cm-pending")] == ["ADDED"]
+
+
+async def test_a_configuration_change_while_the_listener_is_down_restarts_and_loses_nothing(
+    runtime: Runtime, start_agent: Callable[..., Any]
+) -> None:
+    """The drain gives up while the listener stays down; the pipeline still restarts (its senders were cancelled
+    exactly when their stop came — Python 3.11's wait_for swallowed that and the watcher hung), and the waiting
+    change arrives from the new pipeline's relist."""
+    document = runtime.config()
+    document["delivery"] = {**document["delivery"], "drain_seconds": 0.5}
+    async with start_agent(runtime.write_config(document)) as running:
+        await running.wait_synced()
+        runtime.listener.available = False
+        await runtime.create("cm-stuck", {"k": "v"})
+        await eventually(lambda: runtime.listener.refused_while_down > 0, what="the change waiting for the listener")
+        runtime.write_config({**document, "paused_modules": ["some-other-module"]})
+        await running.wait_synced(sources=2)  # restarted: the new pipeline listed
+        runtime.listener.available = True
+        await runtime.listener.wait_for(lambda: bool(runtime.listener.of("cm-stuck")))
+    assert [kind for kind, _ in runtime.listener.of("cm-stuck")] == ["RESYNC"]
