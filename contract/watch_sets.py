@@ -26,10 +26,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+API_GROUP = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+RESOURCE = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+"""Kubernetes' naming rules: no wildcard ("*") or subresource ("/") can become a watch or an RBAC grant."""
+
+
 class CentralWatch(_Strict):
-    group: str = Field(max_length=253)
-    version: str = Field(min_length=1, max_length=63)
-    resource: str = Field(min_length=1, max_length=253)
+    group: str = Field(max_length=253, pattern=API_GROUP)
+    version: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
+    resource: str = Field(min_length=1, max_length=253, pattern=RESOURCE)
     label_selector: str = Field(min_length=1)
     module: ids.ModuleNameField
     ignore_fields: tuple[str, ...] = ()

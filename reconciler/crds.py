@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from clients import kube
+from contract import watch_sets
 from reconciler import kinds, model
 
 GROUP = "operator.kyma-project.io"
@@ -312,11 +313,17 @@ def module_watch_crd() -> dict[str, Any]:
                 model.DNS_LABEL, 63, "the module the changes are routed to (kyma.events.<module>.<runtime>)"
             ),
             "group": _described(
-                'API group of the watched resource; "" for the core group', type="string", maxLength=253
+                'API group of the watched resource; "" for the core group',
+                type="string",
+                maxLength=253,
+                pattern=watch_sets.API_GROUP,
             ),
-            "version": _described("its API version", type="string", minLength=1, maxLength=63),
+            "version": _described("its API version", type="string", pattern=watch_sets.DNS_LABEL),
             "resource": _described(
-                "its plural resource name, e.g. configmaps", type="string", minLength=1, maxLength=253
+                "its plural resource name, e.g. configmaps (no wildcard, no subresource)",
+                type="string",
+                maxLength=253,
+                pattern=watch_sets.RESOURCE,
             ),
             "labelSelector": _described(
                 "only objects with these labels are reported (required: a watch of everything would be noise)",

@@ -74,6 +74,8 @@ class WatchSetController(controller.Controller[ids.RuntimeId]):
                 resource = await cluster.resource(api_version, kind)
             except objects.UnknownKindError:
                 continue  # no longer served there: nothing of it to watch
+            if not watchable(resource.gvr.group, resource.gvr.resource):
+                continue  # synced Secrets (secretRef items) are not watched: their bodies would travel
             watches.append(
                 watch_sets.CentralWatch(
                     group=resource.gvr.group,
@@ -153,7 +155,7 @@ class WatchSetController(controller.Controller[ids.RuntimeId]):
                     "ModuleWatch ignored: invalid", extra={"module_watch": obj["metadata"]["name"], "error": str(exc)}
                 )
                 continue
-            if (spec.group, spec.resource) in _NEVER_WATCHED:
+            if not watchable(spec.group, spec.resource):
                 log.warning(
                     "ModuleWatch ignored: Secrets are never watched", extra={"module_watch": obj["metadata"]["name"]}
                 )
@@ -176,13 +178,19 @@ class WatchSetController(controller.Controller[ids.RuntimeId]):
 _NEVER_WATCHED = {("", "secrets")}
 
 
+def watchable(group: str, resource: str) -> bool:
+    """Whether a watcher may be told to watch (and be granted read on) this resource: never Secrets — an event
+    carries the object, so their data would reach NATS and the module's subscribers."""
+    return (group, resource) not in _NEVER_WATCHED
+
+
 class _ModuleWatchSpec(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
     module: ids.ModuleNameField
-    group: str = ""
-    version: str
-    resource: str
+    group: str = pydantic.Field(default="", pattern=watch_sets.API_GROUP)
+    version: str = pydantic.Field(pattern=watch_sets.DNS_LABEL)
+    resource: str = pydantic.Field(pattern=watch_sets.RESOURCE)
     label_selector: str = pydantic.Field(alias="labelSelector", min_length=1)
     ignore_fields: tuple[str, ...] = pydantic.Field(default=(), alias="ignoreFields")
     runtime_selector: model.LabelSelector | None = pydantic.Field(default=None, alias="runtimeSelector")

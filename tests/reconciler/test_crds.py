@@ -11,7 +11,7 @@ from reconciler import crds
 from ..waiting import eventually, reconciles
 from .conftest import Kcp
 
-OURS = [crds.sync_resource_crd, crds.sync_binding_crd, crds.sync_record_crd]
+OURS = [crds.sync_resource_crd, crds.sync_binding_crd, crds.sync_record_crd, crds.module_watch_crd]
 
 
 def _undescribed(schema: dict[str, Any], path: str) -> list[str]:
@@ -80,7 +80,8 @@ async def test_crds_of_lifecycle_manager_are_never_replaced_in_kcp_or_runtimes(
     skr_kyma = await _mark_as_lifecycle_managers(skr, crds.kyma_crd())
     skr_templates = await _mark_as_lifecycle_managers(skr, crds.module_template_crd())
     async with run_controller(
-        kyma={"enabled": True}, module_templates={"enabled": True, "runtime_crds": "create-if-absent"}
+        kyma={"enabled": True, "runtime_crds": "create-if-absent"},
+        module_templates={"enabled": True, "runtime_crds": "create-if-absent"},
     ) as running:
         await eventually(lambda: running.readiness() is None, what="ready")
         await eventually(lambda: (reconciles(running.shared.registry, "kyma") or 0) >= 2, what="runtimes reconciled")

@@ -9,6 +9,7 @@ import pytest
 from clients import kube
 from contract import watch_sets, wire
 from devenv import landscape as landscape_mod
+from reconciler import watch_sets as reconciler_watch_sets
 
 from ..waiting import eventually
 from .conftest import Kcp, label_kyma
@@ -230,3 +231,26 @@ async def _has(found: Any) -> bool:
 async def _without(kcp: Kcp, resource: str) -> bool:
     found = await _watch_set(kcp)
     return found is not None and all(w.resource != resource for w in found.watches)
+
+
+async def test_a_module_watch_cannot_name_a_wildcard_or_a_subresource(kcp: Kcp) -> None:
+    """A wildcard would become a wildcard RBAC grant to every watcher (Secrets included): the CRD refuses it."""
+    for resource in ("*", "pods/log"):
+        with pytest.raises(kube.InvalidError):
+            await kube.request(
+                kcp.api,
+                "POST",
+                "/apis/operator.kyma-project.io/v1alpha1/modulewatches",
+                body={
+                    "apiVersion": "operator.kyma-project.io/v1alpha1",
+                    "kind": "ModuleWatch",
+                    "metadata": {"name": f"wild-{resource.replace('*', 'star').replace('/', '-')}"},
+                    "spec": {"module": "m", "version": "v1", "resource": resource, "labelSelector": "a=b"},
+                },
+            )
+
+
+def test_secrets_are_never_watchable_whoever_asks() -> None:
+    """Synced Secrets (secretRef items) and ModuleWatches of Secrets alike: an event carries the object."""
+    assert not reconciler_watch_sets.watchable("", "secrets")
+    assert reconciler_watch_sets.watchable("", "configmaps") and reconciler_watch_sets.watchable("apps", "deployments")
