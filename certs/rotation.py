@@ -239,13 +239,7 @@ async def publish_trust(kcp: kube.ApiClient, ca: authority.Authority, *, namespa
     if current is not None:
         annotations = current["metadata"].get("annotations") or {}
         same_bundle = base64.b64decode((current.get("data") or {}).get(authority.BUNDLE, "")) == files[authority.BUNDLE]
-        refresh_after = annotations.get(_TRUST_REFRESH_AFTER)
-        if (
-            same_bundle
-            and annotations.get(_TRUST_REVOKED) == revoked
-            and refresh_after
-            and (datetime.datetime.fromisoformat(refresh_after) > now)
-        ):
+        if same_bundle and annotations.get(_TRUST_REVOKED) == revoked and _refresh_after(annotations) > now:
             return False
     await stores.write_secret(
         kcp,
@@ -255,6 +249,15 @@ async def publish_trust(kcp: kube.ApiClient, ca: authority.Authority, *, namespa
         annotations={_TRUST_REVOKED: revoked, _TRUST_REFRESH_AFTER: (now + _CRL_REFRESH).isoformat()},
     )
     return True
+
+
+def _refresh_after(annotations: dict[str, str]) -> datetime.datetime:
+    """When the trust Secret is due again; a missing or hand-edited value means: now."""
+    try:
+        moment = datetime.datetime.fromisoformat(annotations.get(_TRUST_REFRESH_AFTER, ""))
+    except ValueError:
+        return datetime.datetime.min.replace(tzinfo=datetime.UTC)
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
 
 
 async def renew_listener_certificate(
@@ -272,10 +275,13 @@ async def renew_listener_certificate(
     data = (current or {}).get("data") or {}
     if "tls.crt" in data:
         certificate = x509.load_pem_x509_certificate(base64.b64decode(data["tls.crt"]))
-        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        served = {str(n) for n in names.get_values_for_type(x509.DNSName)} | {
-            str(n) for n in names.get_values_for_type(x509.IPAddress)
-        }
+        try:
+            names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            served = {str(n) for n in names.get_values_for_type(x509.DNSName)} | {
+                str(n) for n in names.get_values_for_type(x509.IPAddress)
+            }
+        except x509.ExtensionNotFound:
+            served = set()  # no names at all: re-issued below
         fine = (
             ca.is_current_issuer(certificate)
             and served == set(hosts)
@@ -305,20 +311,29 @@ async def rotate_once(
         await store.write(refreshed)  # e.g. the overlap of a CA rotation ended
     known = await runtimes.list_runtimes(kcp, identity=settings.identity)
     report = Report(total=len(known.runtimes) + len(known.unusable))
+    # Each a failure of its own: a listener Secret out of reach must not stop every runtime's renewal.
     if settings.trust_secret is not None:
         namespace, name = settings.trust_secret
-        report.trust_published = await publish_trust(kcp, ca, namespace=namespace, name=name)
+        try:
+            report.trust_published = await publish_trust(kcp, ca, namespace=namespace, name=name)
+        except (kube.KubeError, ValueError) as exc:
+            log.error("listener trust not published", extra={"secret": f"{namespace}/{name}", "error": str(exc)})
+            report.failures[f"trust:{namespace}/{name}"] = str(exc)
     if settings.listener_tls is not None:
         namespace, name, hosts = settings.listener_tls
-        report.listener_certificate = await renew_listener_certificate(
-            kcp,
-            ca,
-            namespace=namespace,
-            name=name,
-            hosts=hosts,
-            lifetime=settings.listener_tls_lifetime,
-            fraction=settings.renew_fraction,
-        )
+        try:
+            report.listener_certificate = await renew_listener_certificate(
+                kcp,
+                ca,
+                namespace=namespace,
+                name=name,
+                hosts=hosts,
+                lifetime=settings.listener_tls_lifetime,
+                fraction=settings.renew_fraction,
+            )
+        except (kube.KubeError, ValueError) as exc:
+            log.error("listener certificate not renewed", extra={"secret": f"{namespace}/{name}", "error": str(exc)})
+            report.failures[f"listener-certificate:{namespace}/{name}"] = str(exc)
     for name, why in known.unusable.items():
         log.error("rotation failed for runtime", extra={"runtime": name, "error": why})
         report.failures[name] = why

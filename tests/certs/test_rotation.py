@@ -363,3 +363,14 @@ async def _version(api: kube.ApiClient, namespace: str, name: str) -> str:
 def _crls(pems: bytes) -> list[x509.CertificateRevocationList]:
     marker = b"-----BEGIN X509 CRL-----"
     return [x509.load_pem_x509_crl(marker + chunk) for chunk in pems.split(marker) if chunk.strip()]
+
+
+async def test_a_trust_secret_out_of_reach_fails_alone(
+    kcp_api: kube.ApiClient, registered_runtimes: list[str], tmp_path: Path
+) -> None:
+    """Publishing the listener's trust into a namespace that does not exist is a failure of its own: every
+    runtime's certificate is still renewed in that pass."""
+    unreachable = dataclasses.replace(HOURLY, trust_secret=("no-such-namespace", "kyma-sync-trust"))
+    report = await rotation.rotate_once(kcp=kcp_api, store=await _fresh_store(tmp_path), settings=unreachable)
+    assert list(report.failures) == ["trust:no-such-namespace/kyma-sync-trust"]
+    assert sorted(report.certificates) == sorted(registered_runtimes)
