@@ -31,6 +31,14 @@ RUNTIME_NAME = "default"
 RUNTIME_REF = objects.Ref(crds.KYMA.api_version, "Kyma", RUNTIME_NAMESPACE, RUNTIME_NAME)
 
 
+CREATED_BY_ANNOTATION = "kyma-project.io/created-by"
+"""On a runtime Kyma the reconciler created: only such a one is protected by our finalizer and removed with KCP's."""
+
+
+def _created_by_us(kyma: dict[str, Any]) -> bool:
+    return (kyma["metadata"].get("annotations") or {}).get(CREATED_BY_ANNOTATION) == wire.SYNCED_VALUE
+
+
 class StillTerminatingError(Exception):
     """The deleted runtime Kyma waits for other finalizers than ours: it is recreated once gone."""
 
@@ -89,12 +97,13 @@ class KymaController(per_runtime.PerRuntimeController):
         channel = current_channel or spec.get("channel")
         if channel:
             desired_spec["channel"] = channel
-        metadata: dict[str, Any] = {
-            "name": RUNTIME_NAME,
-            "namespace": RUNTIME_NAMESPACE,
-            "labels": {wire.SYNCED_LABEL: wire.SYNCED_VALUE},
-            "finalizers": [wire.RUNTIME_KYMA_FINALIZER],
-        }
+        metadata: dict[str, Any] = {"name": RUNTIME_NAME, "namespace": RUNTIME_NAMESPACE}
+        if current is None or _created_by_us(current):
+            # Ours to protect and, when KCP's Kyma goes, to remove; a Kyma someone else created (lifecycle-manager)
+            # gets KCP's modules and status, never our finalizer or our deletion.
+            metadata["labels"] = {wire.SYNCED_LABEL: wire.SYNCED_VALUE}
+            metadata["annotations"] = {CREATED_BY_ANNOTATION: wire.SYNCED_VALUE}
+            metadata["finalizers"] = [wire.RUNTIME_KYMA_FINALIZER]
         if current is not None:  # conditional: a channel a user set meanwhile is not overwritten with what we read
             metadata["resourceVersion"] = current["metadata"]["resourceVersion"]
         applied = await cluster.apply(
@@ -135,7 +144,7 @@ class KymaController(per_runtime.PerRuntimeController):
     async def _remove(self, cluster: objects.ClusterObjects, runtime: str) -> None:
         """KCP's Kyma is gone: the runtime Kyma we created goes too (never one we did not create)."""
         current = await cluster.get(RUNTIME_REF)
-        if current is None or (current["metadata"].get("labels") or {}).get(wire.SYNCED_LABEL) != wire.SYNCED_VALUE:
+        if current is None or not _created_by_us(current):
             return
         log.info("KCP's Kyma is gone: removing the runtime Kyma", extra={"runtime": runtime})
         released = await cluster.set_finalizer(current, wire.RUNTIME_KYMA_FINALIZER, present=False)

@@ -62,6 +62,8 @@ class ModuleTemplateController(per_runtime.PerRuntimeController):
             if _meant_for(template, kyma_labels)
         }
         for name, copy in wanted.items():
+            if name not in present and await cluster.get(objects.Ref.of(copy)) is not None:
+                continue  # a template of that name someone else put there: not ours to overwrite
             live = present.get(name) or {"metadata": {}}
             if live.get("spec") == copy["spec"] and _carries(live["metadata"], copy["metadata"]):
                 continue

@@ -30,6 +30,10 @@ _ALSO_REMOVED = (
 """What the watch-set controller wrote for this watcher: it goes with it."""
 
 
+class NotOursError(Exception):
+    """An object of the watcher's name exists without our labels: someone else's, left alone."""
+
+
 class WatcherInstallController(controller.Controller[ids.RuntimeId]):
     def __init__(self, shared: Shared, config: settings.WatcherInstallSettings) -> None:
         super().__init__(shared, config, name="watcher_install")
@@ -64,7 +68,7 @@ class WatcherInstallController(controller.Controller[ids.RuntimeId]):
             if kyma is None:
                 return workqueue.Result()  # gone, and unreachable: nothing left to clean
             return await self._report(kyma, runtime, reachable=False, state="Unreachable", message=str(exc))
-        except (kube.KubeError, objects.UnknownKindError) as exc:
+        except (kube.KubeError, objects.UnknownKindError, NotOursError) as exc:
             if kyma is None:
                 return workqueue.Result.failed(f"{runtime}: {exc}")
             return await self._report(kyma, runtime, reachable=True, state="Error", message=str(exc))
@@ -78,6 +82,9 @@ class WatcherInstallController(controller.Controller[ids.RuntimeId]):
         written = []
         for wanted in watcher_objects.render(runtime, self._config, module=self._module):
             live = await cluster.get(objects.Ref.of(wanted))
+            if live is not None and not _ours(live):
+                # e.g. a watcher installed with the kyma-watcher chart: never taken over (nor removed later)
+                raise NotOursError(f"{wanted['kind']}/{wanted['metadata']['name']} exists and is not kyma-sync's")
             if live is not None and diff.carries(live, wanted):
                 continue
             await cluster.apply(wanted)

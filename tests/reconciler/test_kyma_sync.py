@@ -174,3 +174,30 @@ async def test_kcps_kyma_deleted_removes_the_runtime_kyma(kcp: Kcp, run_controll
 
 async def _gone(kcp: Kcp, runtime: str) -> bool:
     return await _skr_kyma(kcp, runtime) is None
+
+
+async def test_a_runtime_kyma_someone_else_created_is_synced_but_never_finalized_or_removed(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """lifecycle-manager's own runtime Kyma gets KCP's modules, but not our finalizer, and stays when KCP's goes."""
+    skr = kcp.skrs["skr-2"]
+    await crds.install_if_absent(skr, [crds.kyma_crd()])
+    await kube.ensure_namespace(skr, "kyma-system")
+    await kube.request(
+        skr,
+        "POST",
+        crds.KYMA.path("kyma-system"),
+        body={
+            "apiVersion": crds.KYMA.api_version,
+            "kind": "Kyma",
+            "metadata": {"name": "default", "namespace": "kyma-system"},
+            "spec": {"channel": "fast"},
+        },
+    )
+    await kube.request(kcp.api, "PATCH", KCP_KYMA, body={"spec": {"modules": [{"name": "keda"}]}}, content_type=MERGE)
+    async with run_controller(kyma={"enabled": True, "resync_seconds": 1}):
+        await eventually(lambda: _equals(skr_modules(kcp), {"keda"}), what="KCP's modules in it")
+        assert not await _has_finalizer(kcp, "skr-2")
+        await kube.request(kcp.api, "DELETE", KCP_KYMA)
+        await asyncio.sleep(2)  # passes run every second: time for a wrong removal to happen
+        assert await _skr_kyma(kcp, "skr-2") is not None, "not ours to remove"

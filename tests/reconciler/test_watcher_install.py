@@ -110,3 +110,35 @@ def test_a_daemonset_instead_where_asked() -> None:
     rendered = watcher_objects.render("skr-1", daemons, module="kyma-sync")
     [workload] = [o for o in rendered if o["kind"] in ("Deployment", "DaemonSet")]
     assert workload["kind"] == "DaemonSet" and "replicas" not in workload["spec"]
+
+
+async def test_a_watcher_installed_by_someone_else_is_left_alone(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """A kyma-watcher ClusterRole without our labels (the chart's) is neither overwritten nor removed; the Kyma says
+    why nothing was installed."""
+    skr = kcp.skrs["skr-2"]
+    role = "/apis/rbac.authorization.k8s.io/v1/clusterroles/kyma-watcher"
+    theirs = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}
+    await kube.ensure_namespace(skr, "kyma-system")
+    await kube.create_or_replace(
+        skr,
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "kyma-watcher"},
+            "rules": [theirs],
+        },
+    )
+    try:
+        async with run_controller(watcher_install=INSTALL):
+
+            async def refused() -> bool:
+                kyma = await kube.request(kcp.api, "GET", crds.KYMA.object_path("kcp-system", "skr-2"))
+                watcher = (kyma.get("status") or {}).get("watcher", {})
+                return bool(watcher.get("state") == "Error" and "not kyma-sync's" in watcher.get("message", ""))
+
+            await eventually(refused, what="Error in KCP's Kyma status")
+            live = await kube.request(skr, "GET", role)
+            assert live["rules"] == [theirs]
+    finally:
+        await kube.delete(skr, role)
