@@ -95,22 +95,24 @@ class WatchSetController(controller.Controller[ids.RuntimeId]):
         )
 
     async def _write(self, cluster: objects.ClusterObjects, watch_set: watch_sets.WatchSet) -> None:
-        ref = objects.Ref("v1", "ConfigMap", watch_sets.NAMESPACE, watch_sets.CONFIG_MAP)
-        current = await cluster.get(ref)
-        if (current or {}).get("data", {}).get(watch_sets.DATA_KEY) == watch_set.encode():
+        rbac = "rbac.authorization.k8s.io/v1"
+        refs = (
+            objects.Ref(rbac, "ClusterRole", None, ROLE),
+            objects.Ref(rbac, "ClusterRoleBinding", None, ROLE),
+            objects.Ref("v1", "ConfigMap", watch_sets.NAMESPACE, watch_sets.CONFIG_MAP),
+        )
+        # All three read every pass: a deleted grant is repaired, not only a changed set.
+        live = [await cluster.get(ref) for ref in refs]
+        for ref, found in zip(refs, live, strict=True):
+            if (
+                found is not None
+                and (found["metadata"].get("labels") or {}).get(wire.SYNCED_LABEL) != wire.SYNCED_VALUE
+            ):
+                raise kube.ConflictError(409, f"{ref.kind} {ref.name} exists and is not kyma-sync's: not taken over")
+        current = live[2]
+        if all(live) and (current or {}).get("data", {}).get(watch_sets.DATA_KEY) == watch_set.encode():
             return
         await kube.ensure_namespace(cluster.api, watch_sets.NAMESPACE)
-        for kind, namespace, name in (
-            ("ClusterRole", None, ROLE),
-            ("ClusterRoleBinding", None, ROLE),
-            ("ConfigMap", watch_sets.NAMESPACE, watch_sets.CONFIG_MAP),
-        ):
-            api_version = "v1" if kind == "ConfigMap" else "rbac.authorization.k8s.io/v1"
-            live = (
-                current if kind == "ConfigMap" else await cluster.get(objects.Ref(api_version, kind, namespace, name))
-            )
-            if live is not None and (live["metadata"].get("labels") or {}).get(wire.SYNCED_LABEL) != wire.SYNCED_VALUE:
-                raise kube.ConflictError(409, f"{kind} {name} exists and is not kyma-sync's: not taken over")
         # RBAC first: the watcher must be allowed to watch a resource before it is told to.
         rules = sorted({(w.group, w.resource) for w in watch_set.watches})
         await cluster.apply(

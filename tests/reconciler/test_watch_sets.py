@@ -254,3 +254,18 @@ def test_secrets_are_never_watchable_whoever_asks() -> None:
     """Synced Secrets (secretRef items) and ModuleWatches of Secrets alike: an event carries the object."""
     assert not reconciler_watch_sets.watchable("", "secrets")
     assert reconciler_watch_sets.watchable("", "configmaps") and reconciler_watch_sets.watchable("apps", "deployments")
+
+
+async def test_a_deleted_grant_is_repaired_though_the_set_did_not_change(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    role = "/apis/rbac.authorization.k8s.io/v1/clusterroles/kyma-watcher-watch-set"
+    async with run_controller(watch_sets={"enabled": True, "resync_seconds": 1}):
+        await kcp.create("granted", {"kyma": "skr-1", "items": [_service_account(kcp)]})
+        await eventually(lambda: _watched(kcp, "serviceaccounts"), what="the watch set")
+        await kube.request(kcp.skrs["skr-1"], "DELETE", role)
+        await eventually(lambda: _role_exists(kcp, role), what="the ClusterRole back")
+
+
+async def _role_exists(kcp: Kcp, path: str) -> bool:
+    return await kube.get_or_none(kcp.skrs["skr-1"], path) is not None
