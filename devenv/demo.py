@@ -130,7 +130,7 @@ async def _prepare(running: landscape_mod.Landscape, kcp: kube.ApiClient, say: T
     if report.failures:
         raise RuntimeError(f"demo: issuing credentials failed: {report.failures}")
     say.say(
-        f"certificates issued to {', '.join(report.certificates)}; kubeconfigs minted: {', '.join(sorted(report.kubeconfigs))}"
+        f"certificates issued to {', '.join(sorted(report.certificates))}; kubeconfigs minted: {', '.join(sorted(report.kubeconfigs))}"
     )
     return store.directory
 

@@ -211,7 +211,9 @@ async def test_readiness_is_real_and_the_configuration_is_shown(
     )
     document = runtime.config(central={"namespace": runtime.namespace, "config_map": "watch-set"})
     path = runtime.write_config(document)
-    async with start_agent(path, "leader") as leader, start_agent(path, "follower") as follower:
+    async with start_agent(path, "one") as one, start_agent(path, "other") as other:
+        await eventually(lambda: one.agent.leading or other.agent.leading, what="one of them leading")
+        leader, follower = (one, other) if one.agent.leading else (other, one)
         await leader.wait_synced(sources=2)
         await eventually(lambda: _status_is(leader.agent, 200), what="the leader ready")
         await eventually(lambda: _status_is(follower.agent, 200), what="the follower ready to take over")
