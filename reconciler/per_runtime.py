@@ -14,16 +14,8 @@ from reconciler import controller, crds, runtime_clients, settings, workqueue
 from reconciler.shared import Shared
 
 
-class PerRuntimeController(controller.Controller[ids.RuntimeId]):
-    """Keys, triggers and event routing of a runtime-keyed controller; subclasses give the reconcile and their kind."""
-
-    gvr: kube.Gvr
-    kind: str
-
-    def __init__(self, shared: Shared, config: settings.PerRuntimeSettings, *, name: str, events_module: str) -> None:
-        super().__init__(shared, config, name=name)
-        self.modules = frozenset({events_module})
-        self._runtime_crds = config.runtime_crds
+class RuntimeKeyed(controller.Controller[ids.RuntimeId]):
+    """A controller whose key is a runtime: every runtime KCP knows, and the one that changed."""
 
     def all_keys(self) -> Iterable[ids.RuntimeId]:
         return [ids.RuntimeId(r) for r in self.shared.runtimes()]
@@ -33,6 +25,19 @@ class PerRuntimeController(controller.Controller[ids.RuntimeId]):
 
     def keys_for_runtime(self, change: controller.RuntimeChange) -> Iterable[ids.RuntimeId]:
         return [ids.RuntimeId(change.runtime)]
+
+
+class PerRuntimeController(RuntimeKeyed):
+    """Keys, triggers and event routing of a controller writing one kind into runtimes; subclasses give the reconcile
+    and their kind."""
+
+    gvr: kube.Gvr
+    kind: str
+
+    def __init__(self, shared: Shared, config: settings.PerRuntimeSettings, *, name: str, events_module: str) -> None:
+        super().__init__(shared, config, name=name)
+        self.modules = frozenset({events_module})
+        self._runtime_crds = config.runtime_crds
 
     def keys_for_event(self, event: events.ChangeEvent) -> Iterable[ids.RuntimeId]:
         same_kind = (event.target.group, event.target.kind) == (self.gvr.group, self.kind)

@@ -15,7 +15,7 @@ import pydantic
 
 from clients import informer, kube, objects
 from contract import ids, watch_sets, wire
-from reconciler import controller, crds, model, records, runtime_clients, settings, workqueue
+from reconciler import crds, model, per_runtime, records, runtime_clients, settings, workqueue
 from reconciler.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ ROLE = "kyma-watcher-watch-set"
 """The ClusterRole (and its binding) granting the watcher read access to its derived watches."""
 
 
-class WatchSetController(controller.Controller[ids.RuntimeId]):
+class WatchSetController(per_runtime.RuntimeKeyed):
     def __init__(self, shared: Shared, config: settings.WatchSetSettings) -> None:
         super().__init__(shared, config, name="watch_sets")
         self._config = config
@@ -37,15 +37,6 @@ class WatchSetController(controller.Controller[ids.RuntimeId]):
         self.records.subscribe(self._records_changed)
         self.module_watches = self.own(informer.Informer(shared.kcp, crds.MODULE_WATCH))
         self.module_watches.subscribe(lambda change: self.queue.add_all(self.all_keys()))
-
-    def all_keys(self) -> list[ids.RuntimeId]:
-        return [ids.RuntimeId(r) for r in self.shared.runtimes()]
-
-    def runtime_of(self, key: ids.RuntimeId) -> str:
-        return key
-
-    def keys_for_runtime(self, change: controller.RuntimeChange) -> list[ids.RuntimeId]:
-        return [ids.RuntimeId(change.runtime)]
 
     def _records_changed(self, change: informer.Change) -> None:
         touched = {ref.runtime for obj in (change.old, change.new) if obj is not None for ref in _applied(obj)}

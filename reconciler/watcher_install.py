@@ -16,7 +16,7 @@ from prometheus_client import Gauge
 
 from clients import kube, objects
 from contract import ids, watch_sets, wire
-from reconciler import controller, crds, diff, runtime_clients, settings, watcher_objects, workqueue
+from reconciler import crds, diff, per_runtime, runtime_clients, settings, watcher_objects, workqueue
 from reconciler.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ class NotOursError(Exception):
     """An object of the watcher's name exists without our labels: someone else's, left alone."""
 
 
-class WatcherInstallController(controller.Controller[ids.RuntimeId]):
+class WatcherInstallController(per_runtime.RuntimeKeyed):
     def __init__(self, shared: Shared, config: settings.WatcherInstallSettings) -> None:
         super().__init__(shared, config, name="watcher_install")
         self._config = config
@@ -46,15 +46,6 @@ class WatcherInstallController(controller.Controller[ids.RuntimeId]):
             ["runtime"],
             registry=shared.registry,
         )
-
-    def all_keys(self) -> list[ids.RuntimeId]:
-        return [ids.RuntimeId(r) for r in self.shared.runtimes()]
-
-    def runtime_of(self, key: ids.RuntimeId) -> str:
-        return key
-
-    def keys_for_runtime(self, change: controller.RuntimeChange) -> list[ids.RuntimeId]:
-        return [ids.RuntimeId(change.runtime)]
 
     async def reconcile(self, runtime: ids.RuntimeId) -> workqueue.Result:
         kyma = self.shared.kyma(runtime)
