@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from clients import kube
+from clients import kube, objects
 from contract import watch_sets
 from reconciler import kinds, model
 
@@ -20,6 +20,13 @@ SYNC_RECORD_SHARDS = 64
 """How many SyncRecords a SyncResource's records are spread over (``reconciler.records``)."""
 KYMA = kube.KYMAS
 MODULE_TEMPLATE = kube.Gvr(GROUP, "v1beta2", "moduletemplates")
+
+
+def kyma_ref(kyma: dict[str, Any]) -> objects.Ref:
+    """A Kyma as read (a list's items may lack apiVersion and kind)."""
+    return objects.Ref(KYMA.api_version, "Kyma", kyma["metadata"]["namespace"], kyma["metadata"]["name"])
+
+
 VPC_PEERING = kube.Gvr("cloud-resources.kyma-project.io", "v1beta1", "vpcpeerings")
 
 OBJECT_SCHEMA = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}

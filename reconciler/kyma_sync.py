@@ -7,8 +7,8 @@ As lifecycle-manager does (seed 004):
 - **Modules are the union.** ``spec.modules`` is a list-map keyed by module name and the reconciler
   applies only KCP's modules under its own field manager: modules a user added in the runtime are
   owned by the user's manager and stay, and KCP's stay however the user edits the list — neither side
-  overwrites the other. The union is reported in KCP's Kyma as ``status.runtimeModules`` (name and
-  which side asked for it).
+  overwrites the other. The union is reported on KCP's Kyma as the annotation
+  ``kyma-project.io/runtime-modules`` (name and which side asked for it).
 - **The channel is KCP's when the runtime Kyma is created; afterwards the runtime's choice stands**
   (upstream: the runtime spec is the source of truth after creation). The reconciler keeps applying
   the channel the runtime Kyma has, conditionally on its resourceVersion, so a user's change is never
@@ -16,6 +16,7 @@ As lifecycle-manager does (seed 004):
 - KCP's status is written to the runtime's status subresource.
 """
 
+import json
 import logging
 from typing import Any
 
@@ -129,16 +130,11 @@ class KymaController(per_runtime.PerRuntimeController):
             {"name": m["name"], "source": "kcp" if m["name"] in from_kcp else "runtime"}
             for m in (runtime_kyma.get("spec") or {}).get("modules") or []
         ]
-        if (kyma.get("status") or {}).get("runtimeModules") == union:
+        reported = json.dumps(union, separators=(",", ":"))
+        if (kyma["metadata"].get("annotations") or {}).get(wire.RUNTIME_MODULES_ANNOTATION) == reported:
             return
-        await self._kcp_objects.apply(
-            {
-                "apiVersion": crds.KYMA.api_version,
-                "kind": self.kind,
-                "metadata": {"name": kyma["metadata"]["name"], "namespace": kyma["metadata"]["namespace"]},
-                "status": {"runtimeModules": union},
-            },
-            subresource="status",
+        await self._kcp_objects.merge_patch(
+            crds.kyma_ref(kyma), {"metadata": {"annotations": {wire.RUNTIME_MODULES_ANNOTATION: reported}}}
         )
 
     async def _remove(self, cluster: objects.ClusterObjects, runtime: str) -> None:

@@ -4,11 +4,12 @@ Per runtime (its key): each object of ``watcher_objects.render`` is read and wri
 is missing or drifted (``diff.carries``: what the apiserver defaults or others add is no drift), so
 a steady pass costs reads, not writes; a deleted or edited watcher object is back within the resync
 (60 s) or at once on a runtime change. When KCP's Kyma is gone, the objects we installed (our
-labels) are deleted. Whether the runtime could be reached is reported on KCP's Kyma
-(``status.watcher``, under a field manager of its own so no other status field changes hands) and as
-``kyma_reconciler_runtime_reachable{runtime}``.
+labels) are deleted. Whether the runtime could be reached is reported on KCP's Kyma (the annotation
+``kyma-project.io/watcher-state``: lifecycle-manager's structural status schema would prune a status
+field of ours) and as ``kyma_reconciler_runtime_reachable{runtime}``.
 """
 
+import json
 import logging
 from typing import Any
 
@@ -108,17 +109,11 @@ class WatcherInstallController(per_runtime.RuntimeKeyed):
         self, kyma: dict[str, Any], runtime: str, *, reachable: bool, state: str, message: str
     ) -> workqueue.Result:
         self._reachable.labels(runtime).set(1 if reachable else 0)
-        reported = {"state": state, "message": message[:512]}
-        if (kyma.get("status") or {}).get("watcher") != reported:
+        reported = json.dumps({"state": state, "message": message[:512]}, separators=(",", ":"))
+        if (kyma["metadata"].get("annotations") or {}).get(wire.WATCHER_STATE_ANNOTATION) != reported:
             try:
-                await self._kcp.apply(
-                    {
-                        "apiVersion": crds.KYMA.api_version,
-                        "kind": "Kyma",
-                        "metadata": {"name": kyma["metadata"]["name"], "namespace": kyma["metadata"]["namespace"]},
-                        "status": {"watcher": reported},
-                    },
-                    subresource="status",
+                await self._kcp.merge_patch(
+                    crds.kyma_ref(kyma), {"metadata": {"annotations": {wire.WATCHER_STATE_ANNOTATION: reported}}}
                 )
             except kube.KubeError as exc:
                 return workqueue.Result.failed(f"{runtime}: cannot report the watcher's state in KCP: {exc}")

@@ -1,6 +1,7 @@
 """The Kyma CR: created in the runtime, modules are the union of both sides, status flows KCP -> SKR."""
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -93,7 +94,7 @@ async def _channel(kcp: Kcp, runtime: str) -> str | None:
 async def test_the_union_is_visible_in_kcp_and_the_runtimes_channel_choice_stands(
     kcp: Kcp, run_controller: Callable[..., Any]
 ) -> None:
-    """KCP's status lists every module of the runtime and who asked for it; the channel is KCP's only at creation."""
+    """KCP's Kyma lists every module of the runtime and who asked for it; the channel is KCP's only at creation."""
     body = {"spec": {"channel": "regular", "modules": [{"name": "keda"}]}}
     await kube.request(kcp.api, "PATCH", KCP_KYMA, body=body, content_type=MERGE)
     async with run_controller(
@@ -111,13 +112,11 @@ async def test_the_union_is_visible_in_kcp_and_the_runtimes_channel_choice_stand
         )
 
         async def union_in_kcp() -> bool:
-            status = (await kube.request(kcp.api, "GET", KCP_KYMA)).get("status") or {}
-            return status.get("runtimeModules") == [
-                {"name": "keda", "source": "kcp"},
-                {"name": "istio", "source": "runtime"},
-            ]
+            annotations = (await kube.request(kcp.api, "GET", KCP_KYMA))["metadata"].get("annotations") or {}
+            union = json.loads(annotations.get(wire.RUNTIME_MODULES_ANNOTATION, "[]"))
+            return bool(union == [{"name": "keda", "source": "kcp"}, {"name": "istio", "source": "runtime"}])
 
-        await eventually(union_in_kcp, what="the union in KCP's status")
+        await eventually(union_in_kcp, what="the union on KCP's Kyma")
         await kube.request(kcp.api, "PATCH", KCP_KYMA, body={"spec": {"channel": "stable"}}, content_type=MERGE)
         passes = reconciles(running.shared.registry, "kyma")
         await eventually(lambda: reconciles(running.shared.registry, "kyma") >= passes + 3, what="three more passes")
