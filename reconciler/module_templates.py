@@ -15,7 +15,7 @@ from typing import Any
 
 from clients import informer, kube, objects
 from contract import ids, wire
-from reconciler import crds, per_runtime, runtime_clients, settings, workqueue
+from reconciler import crds, diff, per_runtime, runtime_clients, settings, workqueue
 from reconciler.shared import Shared
 
 RUNTIME_NAMESPACE = "kyma-system"
@@ -65,7 +65,8 @@ class ModuleTemplateController(per_runtime.PerRuntimeController):
             if name not in present and await cluster.get(objects.Ref.of(copy)) is not None:
                 continue  # a template of that name someone else put there: not ours to overwrite
             live = present.get(name) or {"metadata": {}}
-            if live.get("spec") == copy["spec"] and _carries(live["metadata"], copy["metadata"]):
+            labelled = {field: value for field in ("labels", "annotations") if (value := copy["metadata"][field])}
+            if live.get("spec") == copy["spec"] and diff.carries(live["metadata"], labelled):
                 continue
             await cluster.apply(copy)
         for name in set(present) - set(wanted):
@@ -107,12 +108,3 @@ def _copy_of(template: dict[str, Any], api_version: str) -> dict[str, Any]:
         },
         "spec": template.get("spec") or {},
     }
-
-
-def _carries(live: dict[str, Any], wanted: dict[str, Any]) -> bool:
-    """Whether the live copy has every label and annotation the template gives it (others may be added there)."""
-    return all(
-        (live.get(field) or {}).get(key) == value
-        for field in ("labels", "annotations")
-        for key, value in wanted[field].items()
-    )

@@ -8,6 +8,7 @@ as a ConfigMap the watcher follows (``central`` in its configuration), with a Cl
 the watcher's ServiceAccount get/list/watch exactly those resources. Written only when it changed.
 """
 
+import collections
 import logging
 from typing import Any
 
@@ -22,6 +23,18 @@ log = logging.getLogger(__name__)
 
 ROLE = "kyma-watcher-watch-set"
 """The ClusterRole (and its binding) granting the watcher read access to its derived watches."""
+_RBAC = "rbac.authorization.k8s.io/v1"
+OBJECTS = (
+    objects.Ref(_RBAC, "ClusterRole", None, ROLE),
+    objects.Ref(_RBAC, "ClusterRoleBinding", None, ROLE),
+    objects.Ref("v1", "ConfigMap", watch_sets.NAMESPACE, watch_sets.CONFIG_MAP),
+)
+"""What the controller writes into a runtime: the grant, its binding, the watch set itself."""
+
+
+def ours(obj: dict[str, Any]) -> bool:
+    """Whether kyma-sync wrote it (its synced-by label): only such an object is ever overwritten or removed."""
+    return (obj["metadata"].get("labels") or {}).get(wire.SYNCED_LABEL) == wire.SYNCED_VALUE
 
 
 class WatchSetController(per_runtime.RuntimeKeyed):
@@ -34,17 +47,28 @@ class WatchSetController(per_runtime.RuntimeKeyed):
         self.records = self.own(
             informer.Informer(shared.kcp, crds.SYNC_RECORD, namespace=reconciler_config.sync_resources.namespace)
         )
+        self._kinds: collections.defaultdict[str, collections.Counter[tuple[str, str]]] = collections.defaultdict(
+            collections.Counter
+        )
+        """runtime -> (apiVersion, kind) -> how many records hold one, from the SyncRecords' changes."""
         self.records.subscribe(self._records_changed)
         self.module_watches = self.own(informer.Informer(shared.kcp, crds.MODULE_WATCH))
         self.module_watches.subscribe(lambda change: self.queue.add_all(self.all_keys()))
 
     def _records_changed(self, change: informer.Change) -> None:
-        touched = {ref.runtime for obj in (change.old, change.new) if obj is not None for ref in _applied(obj)}
+        """Keep the index of kinds per runtime (a pass must not re-read every record) and wake the runtimes touched."""
+        touched = set()
+        for obj, sign in ((change.old, -1), (change.new, +1)):
+            for ref in _applied(obj) if obj is not None else ():
+                self._kinds[ref.runtime][(ref.api_version, ref.kind)] += sign
+                touched.add(ref.runtime)
+        for runtime in touched:
+            self._kinds[runtime] = +self._kinds[runtime]  # drop what no record holds any more
         self.queue.add_all(ids.RuntimeId(runtime) for runtime in touched)
 
     def kinds_in(self, runtime: str) -> set[tuple[str, str]]:
         """(apiVersion, kind) of everything the SyncResources applied in ``runtime``."""
-        return {(ref.api_version, ref.kind) for obj in self.records for ref in _applied(obj) if ref.runtime == runtime}
+        return set(self._kinds.get(runtime, ()))
 
     async def reconcile(self, runtime: ids.RuntimeId) -> workqueue.Result:
         kyma = self.shared.kyma(runtime)
@@ -86,19 +110,10 @@ class WatchSetController(per_runtime.RuntimeKeyed):
         )
 
     async def _write(self, cluster: objects.ClusterObjects, watch_set: watch_sets.WatchSet) -> None:
-        rbac = "rbac.authorization.k8s.io/v1"
-        refs = (
-            objects.Ref(rbac, "ClusterRole", None, ROLE),
-            objects.Ref(rbac, "ClusterRoleBinding", None, ROLE),
-            objects.Ref("v1", "ConfigMap", watch_sets.NAMESPACE, watch_sets.CONFIG_MAP),
-        )
         # All three read every pass: a deleted grant is repaired, not only a changed set.
-        live = [await cluster.get(ref) for ref in refs]
-        for ref, found in zip(refs, live, strict=True):
-            if (
-                found is not None
-                and (found["metadata"].get("labels") or {}).get(wire.SYNCED_LABEL) != wire.SYNCED_VALUE
-            ):
+        live = [await cluster.get(ref) for ref in OBJECTS]
+        for ref, found in zip(OBJECTS, live, strict=True):
+            if found is not None and not ours(found):
                 raise kube.ConflictError(409, f"{ref.kind} {ref.name} exists and is not kyma-sync's: not taken over")
         current = live[2]
         if all(live) and (current or {}).get("data", {}).get(watch_sets.DATA_KEY) == watch_set.encode():
@@ -108,7 +123,7 @@ class WatchSetController(per_runtime.RuntimeKeyed):
         rules = sorted({(w.group, w.resource) for w in watch_set.watches})
         await cluster.apply(
             {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "apiVersion": _RBAC,
                 "kind": "ClusterRole",
                 "metadata": {"name": ROLE, "labels": {wire.SYNCED_LABEL: wire.SYNCED_VALUE}},
                 "rules": [
@@ -119,7 +134,7 @@ class WatchSetController(per_runtime.RuntimeKeyed):
         )
         await cluster.apply(
             {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "apiVersion": _RBAC,
                 "kind": "ClusterRoleBinding",
                 "metadata": {"name": ROLE, "labels": {wire.SYNCED_LABEL: wire.SYNCED_VALUE}},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ROLE},

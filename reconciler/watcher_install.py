@@ -16,19 +16,13 @@ from typing import Any
 from prometheus_client import Gauge
 
 from clients import kube, objects
-from contract import ids, watch_sets, wire
-from reconciler import crds, diff, per_runtime, runtime_clients, settings, watcher_objects, workqueue
+from contract import ids, wire
+from reconciler import crds, diff, per_runtime, runtime_clients, settings, watch_sets, watcher_objects, workqueue
 from reconciler.shared import Shared
 
 log = logging.getLogger(__name__)
 
 STATUS_FIELD_MANAGER = "kyma-sync-watcher-installer"
-_ALSO_REMOVED = (
-    ("rbac.authorization.k8s.io/v1", "ClusterRole", None, "kyma-watcher-watch-set"),
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, "kyma-watcher-watch-set"),
-    ("v1", "ConfigMap", watch_sets.NAMESPACE, watch_sets.CONFIG_MAP),
-)
-"""What the watch-set controller wrote for this watcher: it goes with it."""
 
 
 class NotOursError(Exception):
@@ -74,7 +68,7 @@ class WatcherInstallController(per_runtime.RuntimeKeyed):
         written = []
         for wanted in watcher_objects.render(runtime, self._config, module=self._module):
             live = await cluster.get(objects.Ref.of(wanted))
-            if live is not None and not _ours(live):
+            if live is not None and not watch_sets.ours(live):
                 # e.g. a watcher installed with the kyma-watcher chart: never taken over (nor removed later)
                 raise NotOursError(f"{wanted['kind']}/{wanted['metadata']['name']} exists and is not kyma-sync's")
             if live is not None and diff.carries(live, wanted):
@@ -83,24 +77,24 @@ class WatcherInstallController(per_runtime.RuntimeKeyed):
             written.append(f"{wanted['kind']}/{wanted['metadata']['name']}")
         other = "DaemonSet" if self._config.kind == "Deployment" else "Deployment"
         replaced = objects.Ref("apps/v1", other, watcher_objects.NAMESPACE, watcher_objects.NAME)
-        if (previous := await cluster.get(replaced)) is not None and _ours(previous):
+        if (previous := await cluster.get(replaced)) is not None and watch_sets.ours(previous):
             await cluster.delete(replaced, preconditions=kube.Preconditions(previous["metadata"]["uid"]))
             written.append(f"-{other}/{watcher_objects.NAME}")
         return written
 
     async def _remove(self, cluster: objects.ClusterObjects, runtime: str) -> None:
         """KCP's Kyma is gone: the watcher objects we installed go too (never one without our labels)."""
-        kinds = {obj["kind"]: obj for obj in watcher_objects.render(runtime, self._config, module=self._module)}
-        refs = [objects.Ref.of(obj) for obj in kinds.values()]
-        refs += [
-            objects.Ref(api_version, kind, namespace, name) for api_version, kind, namespace, name in _ALSO_REMOVED
+        # What the watch-set controller wrote for this watcher goes with it, once the pods are gone.
+        refs = [
+            *watch_sets.OBJECTS,
+            *(objects.Ref.of(o) for o in watcher_objects.render(runtime, self._config, module=self._module)),
         ]
         for ref in reversed(refs):  # pods first, RBAC last
             try:
                 live = await cluster.get(ref)
             except objects.UnknownKindError:
                 continue
-            if live is None or not _ours(live):
+            if live is None or not watch_sets.ours(live):
                 continue
             await cluster.delete(ref, preconditions=kube.Preconditions(live["metadata"]["uid"]))
             log.info("watcher object removed with its Kyma", extra={"runtime": runtime, "object": str(ref)})
@@ -118,7 +112,3 @@ class WatcherInstallController(per_runtime.RuntimeKeyed):
             except kube.KubeError as exc:
                 return workqueue.Result.failed(f"{runtime}: cannot report the watcher's state in KCP: {exc}")
         return workqueue.Result() if state == "Ready" else workqueue.Result.failed(f"{runtime}: {message}")
-
-
-def _ours(obj: dict[str, Any]) -> bool:
-    return (obj["metadata"].get("labels") or {}).get(wire.SYNCED_LABEL) == wire.SYNCED_VALUE

@@ -29,3 +29,13 @@ def test_the_list_is_bounded() -> None:
     before = {"data": {str(n): "a" for n in range(50)}}
     after = {"data": {str(n): "b" for n in range(50)}}
     assert len(diff.changed_paths(before, after, limit=10)) == 10
+
+
+def test_carries_asks_only_for_what_is_wanted() -> None:
+    """Defaults the apiserver adds are no drift; a changed or missing wanted value, or a list item more or less, is."""
+    live = {"spec": {"replicas": 2, "strategy": {"type": "RollingUpdate"}, "ports": [{"port": 80, "protocol": "TCP"}]}}
+    assert diff.carries(live, {"spec": {"replicas": 2, "ports": [{"port": 80}]}})
+    assert not diff.carries(live, {"spec": {"replicas": 3}})
+    assert not diff.carries(live, {"spec": {"ports": [{"port": 80}, {"port": 443}]}})
+    assert not diff.carries(live, {"spec": {"paused": False}})
+    assert not diff.carries({"metadata": {}}, {"metadata": {"annotations": {}}}), "an absent map is not an empty one"
