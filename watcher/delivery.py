@@ -119,16 +119,10 @@ class Delivery:
         with tracer.start_as_current_span("POST listener", context=parent, kind=trace.SpanKind.CLIENT) as span:
             span.set_attributes({"kyma.event_id": event.id, "url.full": url})
             tracing.inject(headers)
-            try:
-                session = await self._current_session()
-                async with session.post(url, data=payload, headers=headers) as response:
-                    status = response.status
-                    reason = (await response.text())[:500]
-                    retry_after = response.headers.get("Retry-After", "")
-            except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
-                log.warning("listener unreachable", extra={"url": url, "error": repr(exc)})
-                self._fail_over()
+            answer = await self._post(url, payload, headers)
+            if answer is None:
                 return 0.0
+            status, reason, retry_after = answer
             span.set_attribute("http.response.status_code", status)
         if status == 202:
             return None
@@ -144,20 +138,25 @@ class Delivery:
             self._fail_over()
         return float(retry_after) if retry_after.isdigit() else 0.0
 
+    async def _post(self, url: str, payload: bytes, headers: dict[str, str]) -> tuple[int, str, str] | None:
+        """(status, reason, Retry-After) of one POST; None when the listener could not be reached (then the
+        other endpoint is tried next)."""
+        try:
+            session = await self._current_session()
+            async with session.post(url, data=payload, headers=headers) as response:
+                return response.status, (await response.text())[:500], response.headers.get("Retry-After", "")
+        except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
+            log.warning("listener unreachable", extra={"url": url, "error": repr(exc)})
+            self._fail_over()
+            return None
+
     async def heartbeat(self, heartbeat: events.Heartbeat) -> bool:
         """One heartbeat, not retried (the next one follows); True if the listener took it."""
         url = self._heartbeat_endpoints[self._active]
-        try:
-            session = await self._current_session()
-            async with session.post(
-                url, data=heartbeat.model_dump_json(), headers={"Content-Type": "application/json"}
-            ) as response:
-                status = response.status
-                reason = (await response.text())[:500]
-        except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
-            log.warning("heartbeat not delivered", extra={"url": url, "error": repr(exc)})
-            self._fail_over()
+        answer = await self._post(url, heartbeat.model_dump_json().encode(), {"Content-Type": "application/json"})
+        if answer is None:
             return False
+        status, reason, _ = answer
         if status != 204:
             log.warning("heartbeat refused", extra={"url": url, "status": status, "reason": reason})
             return False
