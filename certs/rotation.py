@@ -171,20 +171,20 @@ async def certificate_due(
     current = await _current_certificate(runtime_api)
     if current is None:
         return "missing", None
-    certificate, _ = current
-    return _renewal_reason(current, ca, fraction=fraction, identity=identity), certificate.not_valid_after_utc
-
-
-def _renewal_reason(
-    current: tuple[x509.Certificate, bytes], ca: authority.Authority, *, fraction: float, identity: str
-) -> str | None:
     certificate, bundle = current
     try:
         issued_to = pki_identity.runtime_of(certificate)
     except pki_identity.NotARuntimeCertificateError:
         issued_to = None
     if issued_to != identity:
-        return f"issued to {issued_to!r}, the identity is now {identity!r}"
+        return f"issued to {issued_to!r}, the identity is now {identity!r}", certificate.not_valid_after_utc
+    return _renewal_reason(certificate, bundle, ca, fraction=fraction), certificate.not_valid_after_utc
+
+
+def _renewal_reason(
+    certificate: x509.Certificate, bundle: bytes, ca: authority.Authority, *, fraction: float
+) -> str | None:
+    """Why a certificate of this CA store (a runtime's, the listener's) needs renewing, whoever it is for."""
     if ca.is_revoked(certificate):
         return "revoked (a new certificate; the old one stays in the CRL)"
     if not ca.is_current_issuer(certificate):
@@ -282,13 +282,8 @@ async def renew_listener_certificate(
             }
         except x509.ExtensionNotFound:
             served = set()  # no names at all: re-issued below
-        fine = (
-            ca.is_current_issuer(certificate)
-            and served == set(hosts)
-            and not authority.is_due(certificate, fraction=fraction)
-            and base64.b64decode(data.get("ca.crt", "")) == ca.trust_bundle()
-        )
-        if fine:
+        bundle = base64.b64decode(data.get("ca.crt", ""))
+        if served == set(hosts) and _renewal_reason(certificate, bundle, ca, fraction=fraction) is None:
             return False
     pair = ca.issue_server(hosts, lifetime=lifetime)
     await stores.write_secret(
