@@ -60,7 +60,6 @@ async def _send(
                 state.record(item.watch_key, item.event)
         finally:
             await queue.done(item)
-            watcher_metrics.queue_depth.set(queue.depth)
 
 
 async def _heartbeat(
@@ -124,6 +123,8 @@ async def run(
     if state is None:
         return
     queue = queue_mod.CoalescingQueue(maxsize=settings.delivery.queue_size)
+    # Read at scrape time: a value set after each delivery missed everything queued since.
+    watcher_metrics.queue_depth.set_function(lambda: queue.depth)
     sender = delivery.Delivery(settings, watcher_metrics)
     sources = [
         source.Source(

@@ -1,7 +1,7 @@
 """Watch sets derived in KCP: what is synced to a runtime is watched there, so its drift is an event."""
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -9,10 +9,11 @@ import pytest
 from clients import kube
 from contract import watch_sets, wire
 from devenv import landscape as landscape_mod
+from reconciler import diff
 from reconciler import watch_sets as reconciler_watch_sets
 
 from ..waiting import eventually
-from .conftest import Kcp, label_kyma
+from .conftest import Kcp, bind, label_kyma
 
 pytestmark = pytest.mark.integration
 
@@ -56,6 +57,20 @@ def _deployment(kcp: Kcp) -> dict[str, Any]:
                     "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]},
                 },
             },
+        },
+    }
+
+
+def _storage_class(kcp: Kcp) -> dict[str, Any]:
+    return {
+        "name": "storage",
+        "strategy": "CreateAndSync",
+        "resource": {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": kcp.runtime_namespace, "labels": {"tier": "gold"}},
+            "provisioner": "example.com/fast",
+            "allowVolumeExpansion": False,
         },
     }
 
@@ -106,8 +121,9 @@ async def test_drift_of_any_synced_kind_is_reset_through_the_derived_watch_set(
     run_controller: Callable[..., Any],
     pipeline: Callable[..., Any],
 ) -> None:
-    """The watcher's own configuration watches ConfigMaps only; KCP's watch set adds ServiceAccounts and
-    Deployments, so edits to them are reset by events (the periodic resync is an hour away)."""
+    """The watcher's own configuration watches ConfigMaps only; KCP's watch set adds ServiceAccounts,
+    Deployments and StorageClasses, so an edit to any of them is reset by an event (the periodic resync is
+    an hour away). Each kind is edited and awaited alone, and its time to reset printed."""
     own = [
         {
             "version": "v1",
@@ -117,11 +133,27 @@ async def test_drift_of_any_synced_kind_is_reset_through_the_derived_watch_set(
             "module": "kyma-sync",
         }
     ]
+    await bind(kcp.api, kcp.namespace, allowPrivileged=True)  # a StorageClass is cluster-admin territory
+    sa = f"/api/v1/namespaces/{kcp.runtime_namespace}/serviceaccounts/synced-sa"
+    deployment = f"/apis/apps/v1/namespaces/{kcp.runtime_namespace}/deployments/synced-app"
+    storage_class = f"/apis/storage.k8s.io/v1/storageclasses/{kcp.runtime_namespace}"
+    drifts: list[tuple[str, dict[str, Any], Callable[[], Awaitable[bool]]]] = [
+        (sa, {"metadata": {"labels": {"tier": "tin"}}}, lambda: _label_is(kcp, sa, "tier", "gold")),
+        (deployment, {"spec": {"replicas": 5}}, lambda: _replicas_are(kcp, deployment, 1)),
+        (
+            storage_class,
+            {"allowVolumeExpansion": True, "metadata": {"labels": {"tier": "tin"}}},
+            lambda: _label_is(kcp, storage_class, "tier", "gold"),
+        ),
+    ]
     nats = (landscape.nats.url,)
+    items = [_service_account(kcp), _deployment(kcp), _storage_class(kcp)]
     async with run_controller(resync_seconds=3600, nats_servers=nats, watch_sets={"enabled": True}):
-        await kcp.create("drifting", {"kyma": "skr-1", "items": [_service_account(kcp), _deployment(kcp)]})
+        await kcp.create("drifting", {"kyma": "skr-1", "items": items})
         await eventually(lambda: _synced(kcp, "drifting"), what="synced (records are journaled before the writes)")
-        await eventually(lambda: _watched(kcp, "serviceaccounts", "deployments"), what="the watch set written")
+        await eventually(
+            lambda: _watched(kcp, "serviceaccounts", "deployments", "storageclasses"), what="the watch set written"
+        )
         written = await _watch_set(kcp)
         assert written is not None
         async with pipeline(own, ["kyma-sync"], central={}) as running:
@@ -130,13 +162,8 @@ async def test_drift_of_any_synced_kind_is_reset_through_the_derived_watch_set(
                 lambda: bool(following("kyma_watcher_watch_set_info", {"revision": written.revision})),
                 what="the watcher following the watch set",
             )
-            sa = f"/api/v1/namespaces/{kcp.runtime_namespace}/serviceaccounts/synced-sa"
-            deployment = f"/apis/apps/v1/namespaces/{kcp.runtime_namespace}/deployments/synced-app"
-            for path, patch in (
-                (sa, {"metadata": {"labels": {"tier": "tin"}}}),
-                (deployment, {"spec": {"replicas": 5}}),
-            ):
-                await kube.request(
+            for path, patch, reset in drifts:
+                edited = await kube.request(
                     kcp.skrs["skr-1"],
                     "PATCH",
                     path,
@@ -144,10 +171,14 @@ async def test_drift_of_any_synced_kind_is_reset_through_the_derived_watch_set(
                     query=[("fieldManager", "kubectl")],
                     content_type="application/merge-patch+json",
                 )
-            edited_at = asyncio.get_running_loop().time()
-            await eventually(lambda: _label_is(kcp, sa, "tier", "gold"), timeout=20, what="the ServiceAccount reset")
-            await eventually(lambda: _replicas_are(kcp, deployment, 1), timeout=20, what="the Deployment reset")
-            print(f"both reset {asyncio.get_running_loop().time() - edited_at:.2f}s after the edits")
+                edited_at = asyncio.get_running_loop().time()
+                assert diff.carries(edited, patch), "the edit took"
+                await eventually(reset, timeout=20, what=f"{path} reset")
+                print(
+                    f"{path.split('/')[-2]} reset {asyncio.get_running_loop().time() - edited_at:.2f}s after the edit"
+                )
+        await kcp.patch_spec("drifting", {"items": []})
+        await eventually(lambda: _gone(kcp, storage_class), what="the StorageClass removed with its item")
 
 
 async def _synced(kcp: Kcp, name: str) -> bool:
@@ -162,6 +193,14 @@ async def _watched(kcp: Kcp, *resources: str) -> bool:
 async def _label_is(kcp: Kcp, path: str, key: str, value: str) -> bool:
     found = await kube.request(kcp.skrs["skr-1"], "GET", path)
     return bool((found["metadata"].get("labels") or {}).get(key) == value)
+
+
+async def _gone(kcp: Kcp, path: str) -> bool:
+    try:
+        await kube.request(kcp.skrs["skr-1"], "GET", path)
+    except kube.NotFoundError:
+        return True
+    return False
 
 
 async def _replicas_are(kcp: Kcp, path: str, replicas: int) -> bool:
