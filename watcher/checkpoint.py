@@ -52,6 +52,7 @@ class Checkpoint:
     def __init__(self, entries: Entries | None = None) -> None:
         self._shards: list[Entries] = [{} for _ in range(SHARDS)]
         self.dirty_shards: set[int] = set()
+        self._owed: set[tuple[str, str]] = set()
         for watch_key, objects in (entries or {}).items():
             for uid, entry in objects.items():
                 self._shards[shard_of(uid)].setdefault(watch_key, {})[uid] = entry
@@ -67,7 +68,22 @@ class Checkpoint:
         entry = self._shards[shard_of(uid)].get(watch_key, {}).get(uid)
         return entry.resource_version if entry else None
 
+    def owe(self, watch_key: str, event: events.ChangeEvent) -> None:
+        """A change of this object was not delivered (refused): until one is, noise must not move it on."""
+        self._owed.add((watch_key, event.target.uid))
+
+    def record_noise(self, watch_key: str, event: events.ChangeEvent) -> None:
+        """Move past a change nobody needs, unless an undelivered change of the object would be skipped with it.
+
+        Owed changes are kept in memory only: the entry stays at the last delivered version, so the relist
+        after a restart sees the object as changed and sends it again.
+        """
+        if (watch_key, event.target.uid) not in self._owed:
+            self.record(watch_key, event)
+
     def record(self, watch_key: str, event: events.ChangeEvent) -> None:
+        """``event`` was delivered."""
+        self._owed.discard((watch_key, event.target.uid))
         shard = shard_of(event.target.uid)
         known = self._shards[shard].setdefault(watch_key, {})
         if event.change_type == events.ChangeType.DELETED:

@@ -58,6 +58,8 @@ async def _send(
                 # Only what the listener took is checkpointed: a refusal (a module it does not know yet,
                 # a limit) is sent again at the next relist, e.g. once the configuration is fixed.
                 state.record(item.watch_key, item.event)
+            elif outcome == delivery.Outcome.REJECTED:
+                state.owe(item.watch_key, item.event)
         finally:
             await queue.done(item)
 

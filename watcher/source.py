@@ -107,7 +107,7 @@ class Source:
             self._metrics.noise.labels(verdict.value).inc()
             # Moving the checkpoint past noise is safe only if no real change is still undelivered.
             if not self._queue.holds(item.key):
-                self._checkpoint.record(self._watch_key, item.event)
+                self._checkpoint.record_noise(self._watch_key, item.event)
             return
         if self._paused(self._spec.module):
             return

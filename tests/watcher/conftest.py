@@ -34,12 +34,19 @@ class RecordingListener:
     heartbeats: list[events.Heartbeat] = dataclasses.field(default_factory=list)
     available: bool = True
     refused_while_down: int = 0
+    unknown_objects: set[str] = dataclasses.field(default_factory=set)
+    """Events about these object names are refused as invalid (422), as the listener refuses an unknown module."""
+    rejected: list[events.ChangeEvent] = dataclasses.field(default_factory=list)
 
     async def handle(self, request: web.Request) -> web.Response:
         if not self.available:
             self.refused_while_down += 1
             return web.json_response({"error": "down"}, status=503, headers={"Retry-After": "1"})
-        self.received.append(events.decode(await request.read()))
+        event = events.decode(await request.read())
+        if event.target.name in self.unknown_objects:
+            self.rejected.append(event)
+            return web.json_response({"error": "unknown"}, status=422)
+        self.received.append(event)
         return web.json_response({"ok": True}, status=202)
 
     async def heartbeat(self, request: web.Request) -> web.Response:

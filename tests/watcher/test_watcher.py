@@ -89,6 +89,30 @@ async def test_restart_resumes_without_losing_changes_made_while_down(
     assert runtime.listener.of("keep") == []
 
 
+async def test_noise_after_a_refused_change_does_not_checkpoint_it_as_delivered(
+    runtime: Runtime, start_agent: Callable[..., Any]
+) -> None:
+    """A change the listener refused (422) is owed: an ignored-fields-only edit after it must not move the
+    checkpoint to its version, or the relist after a restart would take the refused change as delivered."""
+    config = runtime.write_config(runtime.config())
+    runtime.listener.unknown_objects.add("refused")
+    async with start_agent(config) as running:
+        await running.wait_synced()
+        created = await runtime.create("refused", {"k": "1"})
+        await runtime.listener.wait_for(lambda: len(runtime.listener.rejected) == 1)
+        mark = running.seen()
+        await runtime.patch("refused", {"metadata": {"annotations": {"touched": "yes"}}})
+        await running.settled(seen=mark + 1)
+        noise = running.agent.metrics.registry.get_sample_value
+        assert noise("kyma_watcher_events_noise_total", {"reason": "ignored_fields_only"}) == 1
+    assert runtime.listener.rejected[0].resource_version == resource_version(created)
+    runtime.listener.unknown_objects.clear()
+    async with start_agent(config) as running:
+        await running.wait_synced()
+        await runtime.listener.wait_for(lambda: len(runtime.listener.of("refused")) == 1)
+    assert [kind for kind, _ in runtime.listener.of("refused")] == ["RESYNC"]
+
+
 async def test_follower_takes_over_when_the_leader_dies(runtime: Runtime, start_agent: Callable[..., Any]) -> None:
     """Two pods: one sends; when it is killed the other leads within a few seconds and nothing is lost."""
     config = runtime.write_config(runtime.config())
