@@ -6,6 +6,9 @@ can be read from /proc. Two phases:
 - burst: N labelled ConfigMaps exist before the watcher starts; it lists them and delivers N
   RESYNC events (pure pipeline throughput).
 - live: the watcher runs while N more ConfigMaps are created (bounded by apiserver write speed).
+Then the footprint a runtime pays, against 1 % of a node (--node-cores, --node-mib): a second
+watcher process campaigns as a follower (what a Deployment's second replica and each further
+DaemonSet pod cost), and the leader is measured at a steady --drift-per-second edits.
 
     python bench/watcher_throughput.py --objects 2000
 """
@@ -26,6 +29,7 @@ from aiohttp import web
 from kubernetes_asyncio import client
 
 from clients import kube
+from contract import wire
 from devenv import kube as kube_mod
 from devenv import net, testbin
 from pki import pki
@@ -73,6 +77,10 @@ async def wait_count(received: list[int], target: int, timeout: float = 300) -> 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--objects", type=int, default=2000, help="ConfigMaps per phase (default 2000)")
+    parser.add_argument("--drift-per-second", type=float, default=5.0, help="steady edits/s for the footprint")
+    parser.add_argument("--node-cores", type=float, default=4.0, help="reference node for the 1%% budget")
+    parser.add_argument("--node-mib", type=float, default=16384.0, help="reference node memory (MiB)")
+    parser.add_argument("--nodes", type=int, default=10, help="nodes a DaemonSet would run on")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kyma-bench-watcher-"))
     cluster = kube_mod.KubeCluster(
@@ -104,12 +112,16 @@ async def main() -> None:
         received[0] += 1
         return web.json_response({}, status=202)
 
+    async def heartbeat(request: web.Request) -> web.Response:
+        return web.Response(status=204)
+
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.verify_mode = ssl.CERT_REQUIRED
     context.load_cert_chain(work / "server.crt", work / "server.key")
     context.load_verify_locations(work / "runtime-ca.crt")
     app = web.Application()
-    app.router.add_post("/v1/events", sink)
+    app.router.add_post(wire.EVENTS_PATH, sink)
+    app.router.add_post(wire.HEARTBEAT_PATH, heartbeat)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     port = net.free_port()
@@ -138,26 +150,33 @@ async def main() -> None:
             }
         )
     )
-    watcher: subprocess.Popen[bytes] | None = None
+
+    def start_watcher(identity: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "watcher.cli",
+                "--config",
+                str(work / "watcher.yaml"),
+                "--kubeconfig",
+                str(cluster.admin_kubeconfig_path),
+                "--identity",
+                identity,
+                "--log-level",
+                "WARNING",
+            ],
+        )
+
+    watchers: list[subprocess.Popen[bytes]] = []
     try:
         async with await kube.api_client(cluster.admin_kubeconfig()) as api:
             core = client.CoreV1Api(api)
             for namespace in ("bench", "kyma-system"):
                 await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
             await create_many(core, "bench", "burst", args.objects)
-            watcher = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "watcher.cli",
-                    "--config",
-                    str(work / "watcher.yaml"),
-                    "--kubeconfig",
-                    str(cluster.admin_kubeconfig_path),
-                    "--log-level",
-                    "WARNING",
-                ],
-            )
+            watcher = start_watcher("leader")
+            watchers.append(watcher)
             await asyncio.sleep(0)
             cpu_start = cpu_seconds(watcher.pid)
             burst_seconds = await wait_count(received, args.objects)
@@ -174,6 +193,28 @@ async def main() -> None:
             idle_before = cpu_seconds(watcher.pid)
             await asyncio.sleep(10)
             idle_cpu = (cpu_seconds(watcher.pid) - idle_before) / 10
+
+            follower = start_watcher("follower")
+            watchers.append(follower)
+            await asyncio.sleep(10)  # started, campaigning (the leader holds the Lease)
+            window = 30.0
+            leader_before, follower_before = cpu_seconds(watcher.pid), cpu_seconds(follower.pid)
+            drifted_before, window_started = received[0], time.perf_counter()
+            edits = int(window * args.drift_per_second)
+            for n in range(edits):
+                await core.patch_namespaced_config_map(f"live-{n % args.objects}", "bench", {"data": {"n": str(n)}})
+                await asyncio.sleep(1 / args.drift_per_second)
+            await wait_count(received, drifted_before + edits)
+            elapsed = time.perf_counter() - window_started
+            leader_cpu = (cpu_seconds(watcher.pid) - leader_before) / elapsed
+            follower_cpu = (cpu_seconds(follower.pid) - follower_before) / elapsed
+            leader_rss, follower_rss = rss_mib(watcher.pid), rss_mib(follower.pid)
+
+            def node_share(cpu: float, mib: float) -> float:
+                """The larger of a pod's CPU and memory share of the reference node, in percent."""
+                share: float = max(cpu / args.node_cores, mib / args.node_mib)
+                return round(100 * share, 3)
+
             print(
                 json.dumps(
                     {
@@ -184,15 +225,35 @@ async def main() -> None:
                         "live_cpu_seconds_per_1000_events": round(cpu_live / args.objects * 1000, 3),
                         "idle_cpu_fraction_of_a_core": round(idle_cpu, 4),
                         "watcher_rss_mib": round(rss_mib(watcher.pid), 1),
+                        "footprint": {
+                            "drift_edits_per_second": args.drift_per_second,
+                            "leader_cpu_fraction_of_a_core": round(leader_cpu, 4),
+                            "leader_rss_mib": round(leader_rss, 1),
+                            "follower_cpu_fraction_of_a_core": round(follower_cpu, 4),
+                            "follower_rss_mib": round(follower_rss, 1),
+                            "reference_node": f"{args.node_cores:g} cores, {args.node_mib:g} MiB",
+                            "leader_percent_of_the_node_it_runs_on": node_share(leader_cpu, leader_rss),
+                            "follower_percent_of_the_node_it_runs_on": node_share(follower_cpu, follower_rss),
+                            "deployment_runtime_total": {
+                                "pods": 2,
+                                "cpu_cores": round(leader_cpu + follower_cpu, 4),
+                                "rss_mib": round(leader_rss + follower_rss, 1),
+                            },
+                            "daemonset_runtime_total": {
+                                "pods": args.nodes,
+                                "cpu_cores": round(leader_cpu + (args.nodes - 1) * follower_cpu, 4),
+                                "rss_mib": round(leader_rss + (args.nodes - 1) * follower_rss, 1),
+                            },
+                        },
                         "note": "burst includes process start-up and the initial list",
                     },
                     indent=2,
                 )
             )
     finally:
-        if watcher is not None:
-            watcher.terminate()
-            watcher.wait(timeout=15)
+        for running in watchers:
+            running.terminate()
+            running.wait(timeout=15)
         await runner.cleanup()
         cluster.stop()
 
