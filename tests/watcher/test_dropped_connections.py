@@ -5,9 +5,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from clients import kube
+from clients import kube, leases
 from pki import kubeconfigs, pki
-from watcher import checkpoint, config, lease
+from watcher import checkpoint, config
 
 
 @pytest.fixture
@@ -32,7 +32,9 @@ async def test_lease_and_checkpoint_treat_a_dropped_connection_as_an_api_error(h
         cluster="c", server=hanging_up_server, ca_pem=pki.create_ca("x").cert_pem, user="u", token="t"
     )
     async with await kube.api_client(kubeconfig) as api:
-        elector = lease.LeaderElector(api, config.LeaseSettings(), identity="me")
-        assert await elector._try_acquire() is False
+        settings = config.LeaseSettings()
+        candidate = leases.Lease(api, settings.namespace, settings.name, identity="me", duration_seconds=6)
+        assert await candidate.try_acquire() is False
+        assert not candidate.reachable
         with pytest.raises(kube.UnreachableError):
             await checkpoint.CheckpointStore(api, config.CheckpointSettings()).load()

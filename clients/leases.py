@@ -1,0 +1,135 @@
+"""coordination.k8s.io/v1 Leases held under an identity: client-go's resource lock, for every election of ours.
+
+The holder renews ``renewTime``; anyone may take over a lease not renewed for its
+``leaseDurationSeconds``; every write carries the resourceVersion read, so two candidates can
+never both win. Releasing empties the holder, so the next candidate need not wait out the
+duration. Who uses a lease decides what holding it means (the watcher's one sender, a
+reconciler's shard) and gives up strictly before it can expire.
+"""
+
+import dataclasses
+import datetime
+import logging
+from typing import Any
+
+from clients import kube
+
+log = logging.getLogger(__name__)
+
+LEASES = kube.Gvr("coordination.k8s.io", "v1", "leases")
+
+
+def now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def micro_time(moment: datetime.datetime) -> str:
+    """A MicroTime as the apiserver writes it: UTC, always six fractional digits."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def holder(lease: dict[str, Any]) -> str | None:
+    """Who holds ``lease`` now: None when it was released or has expired."""
+    spec = lease.get("spec") or {}
+    who = spec.get("holderIdentity")
+    return str(who) if who and not expired(spec) else None
+
+
+def expired(spec: dict[str, Any]) -> bool:
+    renewed = spec.get("renewTime")
+    if renewed is None:
+        return True
+    duration = datetime.timedelta(seconds=spec.get("leaseDurationSeconds") or 0)
+    return datetime.datetime.fromisoformat(renewed) + duration < now()
+
+
+@dataclasses.dataclass
+class Lease:
+    """One Lease object as one candidate sees it."""
+
+    api: kube.ApiClient
+    namespace: str
+    name: str
+    identity: str
+    duration_seconds: float
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    reachable: bool = False
+    """Whether the last request got an answer."""
+
+    @property
+    def path(self) -> str:
+        return LEASES.object_path(self.namespace, self.name)
+
+    def _spec(self, *, acquired: str, transitions: int) -> dict[str, Any]:
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, round(self.duration_seconds)),
+            "acquireTime": acquired,
+            "renewTime": micro_time(now()),
+            "leaseTransitions": transitions,
+        }
+
+    async def try_acquire(self, current: dict[str, Any] | None = None, *, read: bool = True) -> bool:
+        """Take the lease when it is free, expired or already ours; False when another holds it or on error.
+
+        ``current``: the lease as just listed (``read=False`` skips reading it again; None then means absent).
+        """
+        try:
+            lease = await kube.get_or_none(self.api, self.path) if read else current
+            self.reachable = True
+            if lease is None:
+                await kube.request(
+                    self.api,
+                    "POST",
+                    LEASES.path(self.namespace),
+                    body={
+                        "apiVersion": LEASES.api_version,
+                        "kind": "Lease",
+                        "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels},
+                        "spec": self._spec(acquired=micro_time(now()), transitions=0),
+                    },
+                )
+                return True
+            spec = lease.get("spec") or {}
+            held_by = spec.get("holderIdentity")
+            if held_by and held_by != self.identity and not expired(spec):
+                return False
+            transitions = (spec.get("leaseTransitions") or 0) + (held_by != self.identity)
+            acquired = spec.get("acquireTime") if held_by == self.identity else None
+            lease["spec"] = self._spec(acquired=acquired or micro_time(now()), transitions=transitions)
+            await kube.request(self.api, "PUT", self.path, body=lease)  # as read: a concurrent write is a 409
+            return True
+        except kube.KubeError as exc:
+            if not isinstance(exc, (kube.ConflictError, kube.NotFoundError)):
+                self.reachable = False
+                log.warning("lease unavailable", extra={"lease": self.name, "status": exc.status, "reason": exc.reason})
+            return False
+
+    async def renew(self) -> bool | None:
+        """True when renewed, False when it failed for now, None when someone else holds it."""
+        try:
+            lease = await kube.get_or_none(self.api, self.path)
+            self.reachable = True
+            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                return None
+            lease["spec"]["renewTime"] = micro_time(now())
+            await kube.request(self.api, "PUT", self.path, body=lease)
+            return True
+        except kube.KubeError as exc:
+            self.reachable = not isinstance(exc, kube.UnreachableError)
+            log.warning("lease renewal failed", extra={"lease": self.name, "error": repr(exc)})
+            return False
+
+    async def release(self) -> None:
+        """Give the lease up at once (client-go's release: no holder); a failure leaves it to expire."""
+        try:
+            lease = await kube.get_or_none(self.api, self.path)
+            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                return
+            released: dict[str, Any] = {"leaseDurationSeconds": 1}
+            if lease["spec"].get("leaseTransitions") is not None:
+                released["leaseTransitions"] = lease["spec"]["leaseTransitions"]
+            lease["spec"] = released
+            await kube.request(self.api, "PUT", self.path, body=lease)
+        except kube.KubeError as exc:
+            log.warning("lease release failed; it expires instead", extra={"lease": self.name, "error": repr(exc)})
