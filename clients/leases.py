@@ -69,15 +69,29 @@ class Lease:
             "leaseTransitions": transitions,
         }
 
-    async def try_acquire(self, current: dict[str, Any] | None = None, *, read: bool = True) -> bool:
-        """Take the lease when it is free, expired or already ours; False when another holds it or on error.
+    async def try_acquire(self) -> bool:
+        """Take the lease when it is free, expired (by its renewTime) or already ours; False when another holds it
+        or on error."""
+        try:
+            lease = await kube.get_or_none(self.api, self.path)
+        except kube.KubeError as exc:
+            self._failed(exc)
+            return False
+        self.reachable = True
+        spec = (lease or {}).get("spec") or {}
+        held_by = spec.get("holderIdentity")
+        if held_by and held_by != self.identity and not expired(spec):
+            return False
+        return await self.take(lease)
 
-        ``current``: the lease as just listed (``read=False`` skips reading it again; None then means absent).
+    async def take(self, current: dict[str, Any] | None) -> bool:
+        """Write ourselves as holder over ``current`` (None: create it), renewing it if ours already.
+
+        The caller has decided it may (free, expired, ours); the write carries ``current``'s resourceVersion,
+        so it fails (False) if anyone wrote the lease since it was read.
         """
         try:
-            lease = await kube.get_or_none(self.api, self.path) if read else current
-            self.reachable = True
-            if lease is None:
+            if current is None:
                 await kube.request(
                     self.api,
                     "POST",
@@ -89,21 +103,23 @@ class Lease:
                         "spec": self._spec(acquired=micro_time(now()), transitions=0),
                     },
                 )
-                return True
-            spec = lease.get("spec") or {}
-            held_by = spec.get("holderIdentity")
-            if held_by and held_by != self.identity and not expired(spec):
-                return False
-            transitions = (spec.get("leaseTransitions") or 0) + (held_by != self.identity)
-            acquired = spec.get("acquireTime") if held_by == self.identity else None
-            lease["spec"] = self._spec(acquired=acquired or micro_time(now()), transitions=transitions)
-            await kube.request(self.api, "PUT", self.path, body=lease)  # as read: a concurrent write is a 409
-            return True
+            else:
+                spec = current.get("spec") or {}
+                held_by = spec.get("holderIdentity")
+                transitions = (spec.get("leaseTransitions") or 0) + (held_by != self.identity)
+                acquired = spec.get("acquireTime") if held_by == self.identity else None
+                lease = {**current, "spec": self._spec(acquired=acquired or micro_time(now()), transitions=transitions)}
+                await kube.request(self.api, "PUT", self.path, body=lease)
         except kube.KubeError as exc:
-            if not isinstance(exc, (kube.ConflictError, kube.NotFoundError)):
-                self.reachable = False
-                log.warning("lease unavailable", extra={"lease": self.name, "status": exc.status, "reason": exc.reason})
+            self._failed(exc)
             return False
+        self.reachable = True
+        return True
+
+    def _failed(self, exc: kube.KubeError) -> None:
+        if not isinstance(exc, (kube.ConflictError, kube.NotFoundError)):
+            self.reachable = False
+            log.warning("lease unavailable", extra={"lease": self.name, "status": exc.status, "reason": exc.reason})
 
     async def renew(self) -> bool | None:
         """True when renewed, False when it failed for now, None when someone else holds it."""

@@ -3,6 +3,7 @@
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
         "(overrides the config; default v1/Secret)",
     )
     parser.add_argument("--no-module-templates", action="store_true", help="do not copy ModuleTemplates into runtimes")
+    parser.add_argument(
+        "--identity",
+        default=os.environ.get("POD_NAME"),
+        help="this replica's name when sharding is on (default: $POD_NAME; a StatefulSet pod name is stable)",
+    )
     observability_cli.add_arguments(parser)
     return parser
 
@@ -57,16 +63,20 @@ def _settings(args: argparse.Namespace) -> settings.ReconcilerSettings:
     overrides: dict[str, dict[str, object]] = {}
     if args.no_module_templates:
         overrides["module_templates"] = {"enabled": False}
+    if args.identity and loaded.sharding.enabled:
+        overrides["sharding"] = {"identity": args.identity}
     if args.restricted_kinds is not None:
         overrides["sync_resources"] = {
             "restricted_kinds": tuple(k.strip() for k in args.restricted_kinds.split(",") if k.strip())
         }
-    if not overrides:
-        return loaded
-    document = loaded.model_dump()
-    for section, values in overrides.items():
-        document[section].update(values)
-    return settings.ReconcilerSettings.model_validate(document)
+    if overrides:
+        document = loaded.model_dump()
+        for section, values in overrides.items():
+            document[section].update(values)
+        loaded = settings.ReconcilerSettings.model_validate(document)
+    if loaded.sharding.enabled and loaded.sharding.identity is None:
+        raise ValueError("sharding is on but this replica has no identity: pass --identity or set $POD_NAME")
+    return loaded
 
 
 def build_manager(

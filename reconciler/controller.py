@@ -57,6 +57,7 @@ class Controller(abc.ABC, Generic[K]):
             workers=config.workers,
             metrics=shared.queue_metrics,
             runtime_of=self.runtime_of,
+            admits=self.admits,
             timeout=config.reconcile_timeout_seconds,
         )
 
@@ -75,6 +76,11 @@ class Controller(abc.ABC, Generic[K]):
     def runtime_of(self, key: K) -> str | None:
         """The one runtime a key's reconcile is about, for the per-runtime error count (None: not one)."""
         return None
+
+    def admits(self, key: K) -> bool:
+        """Whether this replica reconciles ``key``: it owns the key's runtime (a key about no single runtime: the
+        singleton shard)."""
+        return self.shared.ownership.owns(self.runtime_of(key))
 
     def keys_for_runtime(self, change: RuntimeChange) -> Iterable[K]:
         """Keys to reconcile when a runtime's Kyma CR or kubeconfig changed."""
@@ -121,7 +127,7 @@ class Controller(abc.ABC, Generic[K]):
         is not run early for an event (a runtime sending events about it must not make it spin): the
         message simply waits for the queue's retry.
         """
-        keys = list(dict.fromkeys(self.keys_for_event(event)))
+        keys = [key for key in dict.fromkeys(self.keys_for_event(event)) if self.admits(key)]
         if not keys:
             return None
         backing_off = {key: delay for key in keys if (delay := self.queue.retry_delay(key)) > 0}

@@ -6,6 +6,10 @@ each controller when a runtime changed, and consumes every module subject a cont
 with one durable consumer per module, handing each event to the controllers that want it. The
 message's outcome combines theirs: it is acked only when all of them succeeded.
 
+With sharding on, ``reconciler.sharding`` decides which runtimes this replica reconciles: each
+replica consumes every event through durables of its own (``<prefix>-<module>-<identity>``) and
+acks those about runtimes it does not own; a shard it acquires is reconciled from the start.
+
 Readiness is the caches: until every informer has listed once the manager is not ready, and no
 controller reconciles.
 """
@@ -19,7 +23,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from clients import informer
 from contract import events, ids, subjects, wire
-from reconciler import consumer, controller, crds, workqueue
+from reconciler import consumer, controller, crds, sharding, workqueue
 from reconciler.shared import Shared
 
 log = logging.getLogger(__name__)
@@ -67,6 +71,19 @@ class Manager:
             f"NATS refuses durable(s) {', '.join(sorted(refused))}: {next(iter(refused.values()))}" if refused else None
         )
 
+    def _acquired(self) -> None:
+        """Shards were acquired: every key now ours is reconciled (the queues drop the others)."""
+        for each in self.controllers:
+            each.queue.add_all(each.all_keys())
+
+    async def _releasing(self, grace: float) -> None:
+        await asyncio.gather(*(each.queue.relinquish(grace=grace) for each in self.controllers))
+
+    def _durable(self, module: str) -> str:
+        config = self.shared.config
+        durable = f"{config.nats.durable_prefix}-{module}"
+        return f"{durable}-{config.sharding.identity}" if config.sharding.enabled else durable
+
     async def run(self, *, stop: asyncio.Event) -> None:
         config = self.shared.config
         await crds.install(self.shared.kcp, crds.kcp_crds())
@@ -78,6 +95,18 @@ class Manager:
                     group.create_task(source.run(stop=stop))
                 for each in self.controllers:
                     group.create_task(each.run(stop=stop, grace=config.shutdown_grace_seconds))
+                if config.sharding.enabled:
+                    assert config.sharding.identity is not None
+                    shards = sharding.Shards(
+                        self.shared.kcp,
+                        config.sharding,
+                        identity=config.sharding.identity,
+                        ownership=self.shared.ownership,
+                        registry=self.shared.registry,
+                        acquired=self._acquired,
+                        releasing=self._releasing,
+                    )
+                    group.create_task(shards.run(stop=stop))
                 if config.nats.servers:
                     for module in sorted({m for c in self.controllers for m in c.modules}):
                         group.create_task(
@@ -85,7 +114,7 @@ class Manager:
                                 consumer.ConsumerSettings(
                                     servers=config.nats.servers,
                                     subject=subjects.module_wildcard(ids.module_name(module)),
-                                    durable=f"{config.nats.durable_prefix}-{module}",
+                                    durable=self._durable(module),
                                     stream=wire.STREAM_NAME,
                                     credentials=config.nats.credentials,
                                     max_deliveries=config.nats.max_deliveries,

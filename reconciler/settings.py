@@ -166,6 +166,34 @@ class NatsSettings(_Section):
     max_in_flight: int = Field(default=256, ge=1, description="events being handled at once per module")
 
 
+class ShardingSettings(_Section):
+    """Several replicas share the runtimes (``reconciler.sharding``); off, one replica reconciles everything."""
+
+    enabled: bool = False
+    identity: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        description="this replica's name among its peers, stable across restarts (a StatefulSet pod name; the CLI "
+        "defaults it to $POD_NAME): its Lease and its NATS durables <prefix>-<module>-<identity> carry it",
+    )
+    shards: int = Field(default=16, ge=1, le=256, description="runtimes are split into this many Lease-held shards")
+    namespace: str = Field(default=wire.KCP_NAMESPACE, description="where the member and shard Leases are")
+    lease_prefix: str = Field(default="kyma-reconciler", pattern=r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
+    lease_duration_seconds: float = Field(
+        default=10, gt=0, description="a replica silent this long loses its shards to the others"
+    )
+    renew_interval_seconds: float = Field(default=2, gt=0)
+    handover_grace_seconds: float = Field(
+        default=10, ge=0, description="running reconciles of a shard handed to a new replica may finish this long"
+    )
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        if 2 * self.renew_interval_seconds >= self.lease_duration_seconds:
+            raise ValueError("renew_interval_seconds must be under half of lease_duration_seconds")
+        return self
+
+
 class ReconcilerSettings(_Section):
     kyma_namespace: str = Field(default=wire.KCP_NAMESPACE, description="where the Kyma CRs are")
     kubeconfig_namespace: str = Field(
@@ -192,6 +220,7 @@ class ReconcilerSettings(_Section):
     kyma: PerRuntimeSettings = PerRuntimeSettings()
     watch_sets: WatchSetSettings = WatchSetSettings()
     watcher_install: WatcherInstallSettings = WatcherInstallSettings()
+    sharding: ShardingSettings = ShardingSettings()
 
 
 def load(path: Path) -> ReconcilerSettings:

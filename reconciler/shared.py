@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry
 
 from clients import informer, kube
 from contract import wire
-from reconciler import crds, runtime_clients, settings, workqueue
+from reconciler import crds, runtime_clients, settings, sharding, workqueue
 
 
 @dataclasses.dataclass
@@ -21,6 +21,8 @@ class Shared:
     """The reconcilers' kubeconfig Secrets, one per runtime."""
     clients: runtime_clients.RuntimeClients
     queue_metrics: workqueue.QueueMetrics
+    ownership: sharding.Ownership
+    """Which runtimes this replica reconciles (all, unless sharded)."""
 
     @classmethod
     def build(cls, kcp: kube.ApiClient, config: settings.ReconcilerSettings, registry: CollectorRegistry) -> "Shared":
@@ -43,6 +45,7 @@ class Shared:
                 per_runtime=config.sync_resources.per_runtime_concurrency,
             ),
             queue_metrics=workqueue.QueueMetrics(registry),
+            ownership=sharding.Ownership(config.sharding.shards if config.sharding.enabled else None),
         )
 
     def informers(self) -> tuple[informer.Informer, ...]:

@@ -10,6 +10,10 @@ A key that asks to come back (``requeue_after``, e.g. an object still being dele
 after that long, doubling each time it asks again, up to a minute.
 Each reconcile runs under a timeout and a catch-all guard.
 
+A queue may admit only some keys (``admits``: a sharded replica's runtimes): others are dropped
+when added or when their turn comes, their waiters answered "ok" (the owner reconciles them);
+``relinquish`` drops what is no longer admitted and waits for, then cancels, its running reconciles.
+
 Stopping is bounded: no new key is started, running reconciles get ``grace`` seconds to
 finish, then they are cancelled; every waiter is answered (with a failure when its key did not
 run to the end, so a message about it is redelivered, to the next reconciler).
@@ -56,6 +60,13 @@ Reconcile = Callable[[K], Awaitable[Result]]
 
 _LONGEST_WAIT = 60.0
 _STOPPED = Result.failed("the reconciler stopped before this key was reconciled")
+_NOT_OURS = Result()
+"""A key another replica owns: nothing for this one to do (the owner reconciles it from its own triggers)."""
+
+
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _answer(futures: list["asyncio.Future[Result]"], result: Result) -> None:
@@ -107,6 +118,7 @@ class WorkQueue(Generic[K]):
         workers: int,
         metrics: QueueMetrics,
         runtime_of: Callable[[K], str | None] = lambda key: None,
+        admits: Callable[[K], bool] = lambda key: True,
         timeout: float = 300,
         backoff_initial: float = 0.5,
         backoff_max: float = 300,
@@ -122,11 +134,13 @@ class WorkQueue(Generic[K]):
         self._retries = metrics.retries.labels(name)
         self._runtime_errors = metrics.runtime_errors
         self._runtime_of = runtime_of
+        self._admits = admits
         self._timeout = timeout
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._ready: collections.OrderedDict[K, None] = collections.OrderedDict()
         self._running: set[K] = set()
+        self._reconciling: dict[K, asyncio.Task[Result]] = {}
         self._again: set[K] = set()
         self._waiters: dict[K, list[asyncio.Future[Result]]] = {}
         self._timers: dict[K, asyncio.TimerHandle] = {}
@@ -142,6 +156,9 @@ class WorkQueue(Generic[K]):
         if self._stopping:
             future.set_result(_STOPPED)  # no worker will ever run it
             return future
+        if not self._admits(key):
+            future.set_result(_NOT_OURS)
+            return future
         self._waiters.setdefault(key, []).append(future)
         self._schedule(key, 0.0)
         return future
@@ -151,7 +168,8 @@ class WorkQueue(Generic[K]):
         if self._stopping:
             return
         for key in keys:
-            self._schedule(key, random.uniform(0, spread) if spread else 0.0)
+            if self._admits(key):
+                self._schedule(key, random.uniform(0, spread) if spread else 0.0)
 
     def retry_delay(self, key: K) -> float:
         """How long until the queue retries ``key`` after its last failure (0 if it did not fail)."""
@@ -176,12 +194,44 @@ class WorkQueue(Generic[K]):
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
+        if not self._admits(key):
+            self._forget(key)
+            return
         if key in self._running:
             self._again.add(key)
         else:
             self._ready[key] = None
         self._depth.set(len(self._ready))
         self._wake.set()
+
+    def _forget(self, key: K) -> None:
+        """``key`` is not ours (any more): no retry, no backoff; whoever waits for it is answered."""
+        self._ready.pop(key, None)
+        self._again.discard(key)
+        self._failures.pop(key, None)
+        self._waits.pop(key, None)
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        _answer(self._waiters.pop(key, []), _NOT_OURS)
+        self._depth.set(len(self._ready))
+
+    async def relinquish(self, *, grace: float) -> None:
+        """Drop every key no longer admitted; wait up to ``grace`` seconds for their running reconciles, then
+        cancel them (another replica is about to own them: two must never write at once)."""
+        for key in [k for k in (*self._ready, *self._timers, *self._waiters) if not self._admits(k)]:
+            self._forget(key)
+        running = [task for key, task in self._reconciling.items() if not self._admits(key)]
+        if not running:
+            return
+        _, late = await asyncio.wait(running, timeout=grace) if grace > 0 else (set(), set(running))
+        for task in late:
+            task.cancel()
+        if late:
+            log.warning(
+                "reconciles of keys handed over cancelled", extra={"controller": self._name, "cancelled": len(late)}
+            )
+            await asyncio.wait(late)
 
     async def run(self, *, stop: asyncio.Event, grace: float = 30) -> None:
         """Work until ``stop``; then let running reconciles finish for up to ``grace`` seconds."""
@@ -217,6 +267,9 @@ class WorkQueue(Generic[K]):
             return None
         key, _ = self._ready.popitem(last=False)
         self._depth.set(len(self._ready))
+        if not self._admits(key):  # handed over while it waited
+            self._forget(key)
+            return await self._next()
         return key
 
     async def _work(self) -> None:
@@ -264,13 +317,21 @@ class WorkQueue(Generic[K]):
 
     async def _guarded(self, key: K) -> Result:
         started = time.perf_counter()
+        # Its own task, so that a hand-over can cancel this reconcile without ending the worker.
+        reconciling = self._reconciling[key] = asyncio.ensure_future(self._reconcile(key))
         try:
-            result = await asyncio.wait_for(self._reconcile(key), timeout=self._timeout)
+            result = await asyncio.wait_for(reconciling, timeout=self._timeout)
         except TimeoutError:
             result = Result.failed(f"reconcile of {key} timed out after {self._timeout:g}s")
+        except asyncio.CancelledError:
+            if _being_cancelled():  # the worker itself is stopping
+                raise
+            result = Result.failed(f"reconcile of {key} cancelled: handed over to another replica")
         except Exception as exc:  # the guard: one broken key must not kill a worker
             log.exception("reconcile crashed", extra={"controller": self._name, "key": str(key)})
             result = Result.failed(f"reconcile of {key} crashed: {exc!r}")
+        finally:
+            self._reconciling.pop(key, None)
         self._seconds.observe(time.perf_counter() - started)
         self._reconciles["ok" if result.ok else "terminal" if result.terminal else "error"].inc()
         if not result.ok:

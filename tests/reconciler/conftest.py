@@ -250,12 +250,12 @@ def run_controller(
             stop.set()
             await task
             if nats_servers:
-                await _delete_durables(landscape, prefix=config.nats.durable_prefix)
+                await delete_durables(landscape, prefix=config.nats.durable_prefix)
 
     return start
 
 
-async def _delete_durables(landscape: landscape_mod.Landscape, *, prefix: str) -> None:
+async def delete_durables(landscape: landscape_mod.Landscape, *, prefix: str) -> None:
     connection = await connect_raw(landscape.nats)
     try:
         js = connection.jetstream()

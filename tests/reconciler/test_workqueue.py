@@ -216,3 +216,44 @@ async def test_stop_cancels_what_outlives_the_grace_period_and_answers_every_wai
     await asyncio.wait_for(running, timeout=5)
     assert not stuck.result().ok and not queued.result().ok
     assert not queue.add("late").result().ok
+
+
+async def test_relinquished_keys_finish_within_the_grace_or_are_cancelled_and_others_go_on() -> None:
+    """A hand-over: keys no longer admitted are dropped from the queue; one running past the grace is cancelled,
+    one finishing within it completes; an admitted key is untouched, and a dropped key's waiter is answered."""
+    owned = {"quick", "slow", "kept", "waiting"}
+    finished: list[str] = []
+    cancelled: list[str] = []
+    started = {key: asyncio.Event() for key in owned}
+
+    async def reconcile(key: str) -> workqueue.Result:
+        started[key].set()
+        try:
+            await asyncio.sleep({"quick": 1, "slow": 100, "kept": 5, "waiting": 0}[key])
+        except asyncio.CancelledError:
+            cancelled.append(key)
+            raise
+        finished.append(key)
+        return workqueue.Result()
+
+    queue = workqueue.WorkQueue(
+        name="t",
+        reconcile=reconcile,
+        workers=3,
+        metrics=workqueue.QueueMetrics(CollectorRegistry()),
+        admits=lambda key: key in owned,
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(queue.run(stop=stop))
+    slow, quick, kept = queue.add("slow"), queue.add("quick"), queue.add("kept")
+    waiting = queue.add("waiting")  # no worker left: it waits in the queue
+    await asyncio.gather(started["slow"].wait(), started["quick"].wait(), started["kept"].wait())
+    owned -= {"quick", "slow", "waiting"}
+    await queue.relinquish(grace=10)
+    assert cancelled == ["slow"] and "quick" in finished
+    assert (await slow).error is not None and (await quick).ok
+    assert (await waiting).ok and not started["waiting"].is_set(), "dropped unrun; its owner reconciles it"
+    assert (await kept).ok and finished[-1] == "kept"
+    assert queue.add("slow").done(), "a key of another replica is answered at once, never run"
+    stop.set()
+    await running

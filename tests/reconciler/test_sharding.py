@@ -1,0 +1,230 @@
+"""Reconciler replicas sharing the runtimes: rendezvous placement (pure), and real replicas killed mid-run."""
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import json
+import sys
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from clients import kube, leases
+from devenv import landscape as landscape_mod
+from devenv import net, process
+from reconciler import sharding
+
+from ..waiting import eventually
+from .conftest import Kcp, delete_durables
+
+SHARDS = 8
+
+
+def test_every_shard_has_one_holder_and_a_membership_change_moves_only_the_shards_it_must() -> None:
+    """Rendezvous placement: all replicas compute the same answer; a replica leaving hands over only its own
+    shards, a replica joining takes only shards (none move between the others)."""
+    three = sharding.placement(64, ["r0", "r1", "r2"])
+    assert three == sharding.placement(64, ["r2", "r0", "r1", "r0"])
+    assert set(three.values()) == {"r0", "r1", "r2"} and len(three) == 64
+    two = sharding.placement(64, ["r0", "r2"])
+    assert {s for s in three if three[s] != two[s]} == {s for s in three if three[s] == "r1"}
+    four = sharding.placement(64, ["r0", "r1", "r2", "r3"])
+    assert all(four[s] in (three[s], "r3") for s in three) and "r3" in four.values()
+    assert sharding.placement(4, []) == {}
+
+
+def test_a_runtime_keeps_its_shard_across_processes_and_versions() -> None:
+    """A changed hash would move every runtime at once during a rolling upgrade (two owners each)."""
+    assert sharding.shard_of("skr-1", 16) == int.from_bytes(hashlib.sha256(b"skr-1").digest()[:8]) % 16
+    ownership = sharding.Ownership(16)
+    assert not ownership.owns("skr-1") and not ownership.owns(None)
+    ownership.held.add(sharding.shard_of("skr-1", 16))
+    assert ownership.owns("skr-1") and ownership.owns(None) == (sharding.SINGLETON_SHARD in ownership.held)
+    assert sharding.Ownership().owns("anything") and sharding.Ownership().owns(None)
+
+
+def _scrape(port: int, name: str) -> float:
+    with urllib.request.urlopen(f"http://{net.LOOPBACK}:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{net.LOOPBACK}:{port}/readyz", timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _replicas(configs: dict[str, Path], kubeconfig: Path, workdir: Path) -> Iterator[dict[str, process.ManagedProcess]]:
+    running = {
+        identity: process.ManagedProcess(
+            name=identity,
+            argv=[sys.executable, "-m", "reconciler.cli", "--config", str(path), "--kcp-kubeconfig", str(kubeconfig)],
+            log_path=workdir / f"{identity}.log",
+        )
+        for identity, path in configs.items()
+    }
+    try:
+        yield running
+    finally:
+        for replica in running.values():
+            replica.stop()
+
+
+@contextlib.asynccontextmanager
+async def _sampling(kcp: Kcp, name: str) -> AsyncIterator[list[str]]:
+    """Every 0.1 s, the synced ConfigMap in every runtime: any absence or new uid (deleted, recreated) is noted."""
+    anomalies: list[str] = []
+    uids = {runtime: (await _configmap(kcp, runtime, name))["metadata"]["uid"] for runtime in kcp.skrs}
+
+    async def sample() -> None:
+        while True:
+            for runtime, uid in uids.items():
+                found = await kcp.configmap_in(runtime, name)
+                if found is None or found["metadata"]["uid"] != uid:
+                    anomalies.append(f"{runtime}: {'absent' if found is None else 'recreated'}")
+            await asyncio.sleep(0.1)
+
+    sampling = asyncio.create_task(sample())
+    try:
+        yield anomalies
+    finally:
+        sampling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampling
+
+
+async def _configmap(kcp: Kcp, runtime: str, name: str) -> dict[str, Any]:
+    found = await kcp.configmap_in(runtime, name)
+    assert found is not None, f"{name} in {runtime}"
+    return found
+
+
+async def _holder(kcp: Kcp, prefix: str, shard: int) -> str | None:
+    lease = await kube.get_or_none(kcp.api, leases.LEASES.object_path(kcp.namespace, f"{prefix}-shard-{shard}"))
+    return None if lease is None else leases.holder(lease)
+
+
+@pytest.mark.integration
+async def test_replicas_share_the_runtimes_and_a_killed_one_is_taken_over_without_double_work(
+    landscape: landscape_mod.Landscape, kcp: Kcp, pipeline: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Three real replicas (processes) hold all shards between them. The one running the SyncResource controller
+    (shard 0) is killed (SIGKILL: nothing released); a change made right then is applied by the replica taking
+    shard 0 over; a drift event reaches it through its own durable. The synced ConfigMap is sampled throughout:
+    never absent, never recreated."""
+    prefix, durables = f"t{uuid.uuid4().hex[:6]}", f"test-{uuid.uuid4().hex[:6]}"
+    ports = {identity: net.free_port() for identity in ("r0", "r1", "r2")}
+    configs = {}
+    for identity, port in ports.items():
+        configs[identity] = tmp_path / f"{identity}.yaml"
+        configs[identity].write_text(
+            yaml.safe_dump(
+                {
+                    "management_port": port,
+                    "shutdown_grace_seconds": 2,
+                    "nats": {
+                        "servers": [landscape.nats.url],
+                        "credentials": json.loads(landscape.nats.credentials().model_dump_json()),
+                        "durable_prefix": durables,
+                    },
+                    "sharding": {
+                        "enabled": True,
+                        "identity": identity,
+                        "shards": SHARDS,
+                        "namespace": kcp.namespace,
+                        "lease_prefix": prefix,
+                    },
+                    "sync_resources": {"enabled": True, "namespace": kcp.namespace, "resync_seconds": 3600},
+                    "module_templates": {"enabled": False},
+                    "kyma": {"enabled": False},
+                }
+            )
+        )
+    item = kcp.configmap("shared", {"k": "v1"})
+    try:
+        with _replicas(configs, landscape.kcp.admin_kubeconfig_path, tmp_path) as replicas:
+
+            async def start(identity: str) -> None:
+                replicas[identity].start()
+                await asyncio.to_thread(
+                    replicas[identity].wait_ready, functools.partial(_ready, ports[identity]), timeout=60
+                )
+
+            def held(identities: list[str]) -> float:
+                return sum(_scrape(ports[i], "kyma_reconciler_shards_held") for i in identities)
+
+            await asyncio.gather(start("r0"), start("r1"))
+            await eventually(lambda: held(["r0", "r1"]) == SHARDS, timeout=30, what="two replicas hold every shard")
+            await start("r2")  # joins: the others hand it its shards
+            await eventually(
+                lambda: held(["r2"]) > 0 and held(list(ports)) == SHARDS, timeout=30, what="shards handed to r2"
+            )
+            await kcp.create("shared", {"target": {"selector": {}}, "items": [item]})
+            await eventually(lambda: _state_is(kcp, "shared", "Ready"), timeout=30, what="synced")
+            async with _sampling(kcp, "shared") as anomalies:
+                victim = await _holder(kcp, prefix, sharding.SINGLETON_SHARD)
+                assert victim in replicas
+                await asyncio.to_thread(replicas[victim].kill)
+                killed_at = asyncio.get_running_loop().time()
+                await kcp.patch_spec("shared", {"items": [kcp.configmap("shared", {"k": "v2"})]})
+                survivors = [i for i in replicas if i != victim]
+                await eventually(lambda: _taken_over(kcp, prefix, survivors), timeout=60, what="shard 0 taken over")
+                took_over = asyncio.get_running_loop().time() - killed_at
+                await eventually(lambda: _everywhere(kcp, "shared", "v2"), timeout=60, what="the change applied")
+                applied = asyncio.get_running_loop().time() - killed_at
+                await eventually(lambda: held(survivors) == SHARDS, timeout=30, what="the survivors hold every shard")
+                async with pipeline(_synced_configmaps(kcp), ["kyma-sync"]):
+                    await kube.request(
+                        kcp.skrs["skr-1"],
+                        "PATCH",
+                        f"/api/v1/namespaces/{kcp.runtime_namespace}/configmaps/shared",
+                        body={"data": {"k": "drifted"}},
+                        query=[("fieldManager", "kubectl")],
+                        content_type="application/merge-patch+json",
+                    )
+                    await eventually(lambda: _everywhere(kcp, "shared", "v2"), timeout=30, what="the drift reset")
+            print(
+                f"shard 0 taken over {took_over:.1f}s after the kill; the change made then applied after {applied:.1f}s"
+            )
+            assert anomalies == [], "the synced objects were never deleted nor recreated"
+    finally:
+        await delete_durables(landscape, prefix=durables)
+
+
+async def _state_is(kcp: Kcp, name: str, state: str) -> bool:
+    return await kcp.state(name) == state
+
+
+async def _taken_over(kcp: Kcp, prefix: str, survivors: list[str]) -> bool:
+    return await _holder(kcp, prefix, sharding.SINGLETON_SHARD) in survivors
+
+
+async def _everywhere(kcp: Kcp, name: str, value: str) -> bool:
+    for runtime in kcp.skrs:
+        found = await kcp.configmap_in(runtime, name)
+        if found is None or (found.get("data") or {}).get("k") != value:
+            return False
+    return True
+
+
+def _synced_configmaps(kcp: Kcp) -> list[dict[str, Any]]:
+    return [
+        {
+            "version": "v1",
+            "resource": "configmaps",
+            "namespaces": [kcp.runtime_namespace],
+            "label_selector": "kyma-project.io/synced-by=kyma-sync",
+            "module": "kyma-sync",
+        }
+    ]
