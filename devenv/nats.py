@@ -22,6 +22,8 @@ from eventbus import layout, setup
 
 _READY_TIMEOUT = 20.0
 RECONCILER_MODULES = (wire.SYNC_MODULE, "cloud-manager")
+RECONCILER_REPLICAS = ("kyma-reconciler-0", "kyma-reconciler-1", "kyma-reconciler-2")
+"""Sharded replicas the local bus lets consume through durables of their own."""
 
 
 def find_nats_server() -> Path:
@@ -76,6 +78,7 @@ class NatsServer:
                 ),
                 hosts=[net.LOOPBACK],
                 reconciler_modules=RECONCILER_MODULES,
+                reconciler_replicas=RECONCILER_REPLICAS,
             )
         self._process = process.ManagedProcess(
             name="nats",

@@ -60,6 +60,12 @@ def parser() -> argparse.ArgumentParser:
     init.add_argument(
         "--durable-prefix", default="kyma-reconciler", help="the reconciler's durables: <prefix>-<module>"
     )
+    init.add_argument(
+        "--reconciler-replicas",
+        default="",
+        help="comma-separated identities of sharded reconciler replicas (the StatefulSet's pod names, e.g. "
+        "kyma-reconciler-0,kyma-reconciler-1,kyma-reconciler-2): each may use durables <prefix>-<module>-<replica>",
+    )
 
     team = commands.add_parser("add-team", help="add a central team's identity")
     team.add_argument("directory", type=Path, metavar="DIR")
@@ -130,7 +136,12 @@ def _run(args: argparse.Namespace) -> str:
         )
         modules = [m.strip() for m in args.reconciler_modules.split(",") if m.strip()]
         setup.init(
-            directory, server=settings, hosts=args.hosts, reconciler_modules=modules, durable_prefix=args.durable_prefix
+            directory,
+            server=settings,
+            hosts=args.hosts,
+            reconciler_modules=modules,
+            durable_prefix=args.durable_prefix,
+            reconciler_replicas=[r.strip() for r in args.reconciler_replicas.split(",") if r.strip()],
         )
         return (
             f"event bus set up in {directory}: start nats-server -c {directory / layout.SERVER_CONF}, "

@@ -8,6 +8,7 @@ public key (``U...``) goes into the server configuration with the identity's per
 import enum
 import os
 from pathlib import Path
+from typing import Annotated
 
 import nkeys
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -40,6 +41,11 @@ class Identity(BaseModel):
         default=None, pattern=NAME, description="a reconciler's durables: <prefix>-<module>"
     )
     modules: tuple[ids.ModuleNameField, ...] = Field(default=(), description="a reconciler's modules")
+    replicas: tuple[Annotated[str, Field(pattern=NAME)], ...] = Field(
+        default=(),
+        description="a sharded reconciler's replica identities (StatefulSet pod names): each consumes through "
+        "durables <prefix>-<module>-<replica> of its own",
+    )
 
     @model_validator(mode="after")
     def _role_fields(self) -> "Identity":
@@ -47,6 +53,8 @@ class Identity(BaseModel):
             raise ValueError("a team, and only a team, names one module")
         if (self.role == Role.RECONCILER) != (self.durable_prefix is not None and bool(self.modules)):
             raise ValueError("a reconciler, and only a reconciler, has a durable_prefix and modules")
+        if self.replicas and self.role != Role.RECONCILER:
+            raise ValueError("only a reconciler has replicas")
         return self
 
     def permissions(self) -> permissions.Permissions:
@@ -56,7 +64,9 @@ class Identity(BaseModel):
             return permissions.listener(self.name)
         if self.role == Role.RECONCILER:
             assert self.durable_prefix is not None
-            return permissions.reconciler(self.name, durable_prefix=self.durable_prefix, modules=self.modules)
+            return permissions.reconciler(
+                self.name, durable_prefix=self.durable_prefix, modules=self.modules, replicas=self.replicas
+            )
         assert self.module is not None
         return permissions.team(self.name, module=self.module)
 

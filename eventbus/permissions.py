@@ -48,14 +48,16 @@ def listener(identity: str) -> Permissions:
     return Permissions(publish=(subjects.STREAM_SUBJECTS,), subscribe=(f"{inbox_prefix(identity)}.>",))
 
 
-def reconciler(identity: str, *, durable_prefix: str, modules: tuple[str, ...]) -> Permissions:
-    """Its durables ``<prefix>-<module>``, each filtered to its module; and the dead-letter subjects."""
+def reconciler(
+    identity: str, *, durable_prefix: str, modules: tuple[str, ...], replicas: tuple[str, ...] = ()
+) -> Permissions:
+    """Its durables ``<prefix>-<module>`` and, for sharded replicas, ``<prefix>-<module>-<replica>``, each filtered
+    to its module; and the dead-letter subjects."""
     consumers = [
         rule
         for module in modules
-        for rule in _durable(
-            wire.STREAM_NAME, f"{durable_prefix}-{module}", subjects.module_wildcard(ids.ModuleName(module))
-        )
+        for durable in (f"{durable_prefix}-{module}", *(f"{durable_prefix}-{module}-{r}" for r in replicas))
+        for rule in _durable(wire.STREAM_NAME, durable, subjects.module_wildcard(ids.ModuleName(module)))
     ]
     return Permissions(
         # Stream info: the fill of the stream for the stream-near-limit alert (config and state, no messages).

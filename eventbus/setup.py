@@ -22,6 +22,7 @@ def init(
     hosts: Sequence[str],
     reconciler_modules: Sequence[str],
     durable_prefix: str = "kyma-reconciler",
+    reconciler_replicas: Sequence[str] = (),
 ) -> layout.EventBusConfig:
     """A new bus: a CA and server certificate for ``hosts``, and the admin, listener and reconciler identities."""
     if (directory / layout.CONFIG_FILE).exists():
@@ -47,6 +48,7 @@ def init(
         role=identity.Role.RECONCILER,
         durable_prefix=durable_prefix,
         modules=tuple(reconciler_modules),
+        replicas=tuple(reconciler_replicas),
     )
     layout.save(config, directory)
     return config

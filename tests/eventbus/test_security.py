@@ -136,11 +136,14 @@ async def test_a_team_reads_only_its_module_and_deletes_nothing(
 
 
 async def test_the_reconciler_uses_only_its_own_durables(connect: Connect) -> None:
-    """Its durable per module works (filtered to the module); another name, another module's filter, a stream: refused."""
+    """Its durable per module works (filtered to the module), and each declared replica's; another name, another
+    module's filter, a stream: refused."""
     reconciler, complaints = await connect("reconciler")
     js = reconciler.jetstream(timeout=2)
     durable = f"kyma-reconciler-{wire.SYNC_MODULE}"
     await js.pull_subscribe(f"kyma.events.{wire.SYNC_MODULE}.*", durable=durable, stream=wire.STREAM_NAME)
+    replica = f"{durable}-{nats_mod.RECONCILER_REPLICAS[0]}"  # a sharded replica's own durable
+    await js.pull_subscribe(f"kyma.events.{wire.SYNC_MODULE}.*", durable=replica, stream=wire.STREAM_NAME)
     other_name = js.pull_subscribe("kyma.events.team-b.*", durable=f"{durable}-x", stream=wire.STREAM_NAME)
     assert await refused(other_name, complaints, f"{durable}-x")
     other_module = js.pull_subscribe(
