@@ -203,6 +203,10 @@ class StreamUsage:
     bytes: int
     max_bytes: int
     """-1: unlimited."""
+    leader: str | None = None
+    """The server leading the stream (clustered streams only)."""
+    followers: tuple[str, ...] = ()
+    """Its replicas on the other servers (clustered streams only)."""
 
 
 class PullConsumer:
@@ -334,7 +338,14 @@ class Bus:
             info = await self._js.stream_info(name)
         except _NATS_ERRORS as exc:
             raise BusUnavailableError(f"stream info of {name} failed: {exc!r}") from exc
-        return StreamUsage(messages=info.state.messages, bytes=info.state.bytes, max_bytes=info.config.max_bytes or -1)
+        cluster = info.cluster
+        return StreamUsage(
+            messages=info.state.messages,
+            bytes=info.state.bytes,
+            max_bytes=info.config.max_bytes or -1,
+            leader=cluster.leader if cluster else None,
+            followers=tuple(str(peer.name) for peer in (cluster.replicas or [])) if cluster else (),
+        )
 
     async def publish(
         self, *, subject: str, payload: bytes, msg_id: str, headers: dict[str, str], timeout: float

@@ -47,6 +47,11 @@ class NatsServer:
     workdir: Path
     port: int = dataclasses.field(default_factory=net.free_port)
     monitor_port: int = dataclasses.field(default_factory=net.free_port)
+    name: str = "kyma-sync-nats"
+    cluster: layout.ClusterSettings | None = None
+    """This server's routes, when it is one of a cluster (``NatsCluster``)."""
+    bus_directory: Path | None = None
+    """The bus declaration, shared by the servers of a cluster (default: ``<workdir>/eventbus``)."""
     _process: process.ManagedProcess | None = None
 
     @property
@@ -56,7 +61,27 @@ class NatsServer:
     @property
     def directory(self) -> Path:
         """The bus's declaration, server configuration, TLS files and identity seeds."""
-        return self.workdir / "eventbus"
+        return self.bus_directory or self.workdir / "eventbus"
+
+    def _settings(self) -> layout.ServerSettings:
+        return layout.ServerSettings(
+            host=net.LOOPBACK,
+            port=self.port,
+            monitor_host=net.LOOPBACK,
+            monitor_port=self.monitor_port,
+            store_dir=self.workdir / "jetstream",
+            server_name=self.name,
+        )
+
+    def _configuration(self) -> Path:
+        """The bus's server configuration; a cluster member's own (its ports, store, name and routes)."""
+        if self.cluster is None:
+            return self.directory / layout.SERVER_CONF
+        declared = layout.load(self.directory).model_copy(update={"server": self._settings()})
+        path = self.workdir / layout.SERVER_CONF
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(layout.server_config(declared, directory=self.directory, cluster=self.cluster))
+        return path
 
     @property
     def pid(self) -> int | None:
@@ -69,20 +94,14 @@ class NatsServer:
         if not (self.directory / layout.CONFIG_FILE).exists():
             setup.init(
                 self.directory,
-                server=layout.ServerSettings(
-                    host=net.LOOPBACK,
-                    port=self.port,
-                    monitor_host=net.LOOPBACK,
-                    monitor_port=self.monitor_port,
-                    store_dir=self.workdir / "jetstream",
-                ),
+                server=self._settings(),
                 hosts=[net.LOOPBACK],
                 reconciler_modules=RECONCILER_MODULES,
                 reconciler_replicas=RECONCILER_REPLICAS,
             )
         self._process = process.ManagedProcess(
             name="nats",
-            argv=[str(find_nats_server()), "-c", str(self.directory / layout.SERVER_CONF)],
+            argv=[str(find_nats_server()), "-c", str(self._configuration())],
             log_path=self.workdir / "nats.log",
         )
         self._process.start()
@@ -123,6 +142,7 @@ class NatsServer:
                 await asyncio.sleep(0.1)
 
     def reload(self) -> None:
+        self._configuration()
         if self.pid is not None:
             os.kill(self.pid, signal.SIGHUP)
 
@@ -138,3 +158,66 @@ class NatsServer:
         self.stop()
         self.start()
         self.wait_ready()
+
+
+@dataclasses.dataclass
+class NatsCluster:
+    """Servers routed into one JetStream cluster over TLS, sharing one bus (identities, CA); streams replicated to
+    every server, so the loss of one loses nothing."""
+
+    workdir: Path
+    size: int = 3
+    nodes: list[NatsServer] = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        routes = [net.free_port() for _ in range(self.size)]
+        self.nodes = [
+            NatsServer(
+                workdir=self.workdir / f"nats-{n}",
+                name=f"nats-{n}",
+                bus_directory=self.workdir / "eventbus",
+                cluster=layout.ClusterSettings(
+                    host=net.LOOPBACK,
+                    port=routes[n],
+                    routes=tuple(f"tls://{net.LOOPBACK}:{port}" for other, port in enumerate(routes) if other != n),
+                ),
+            )
+            for n in range(self.size)
+        ]
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    def credentials(self, identity: str = setup.ADMIN) -> bus.Credentials:
+        return self.nodes[0].credentials(identity)
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+
+    def wait_ready(self) -> None:
+        for node in self.nodes:
+            node.wait_ready()
+
+    async def ensure_streams(self, *, timeout: float = 30) -> None:
+        """The bus's streams with a replica on every server (once the cluster has elected its meta leader)."""
+        declared = layout.load(self.nodes[0].directory)
+        streams = [s.model_copy(update={"replicas": self.size}) for s in (declared.events, declared.dead_letters)]
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            try:
+                connection = await bus.Bus.connect(self.urls, name="devenv", credentials=self.credentials())
+                try:
+                    await setup.ensure_streams(connection, streams)
+                    return
+                finally:
+                    await connection.close()
+            except bus.BusUnavailableError:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()

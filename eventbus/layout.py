@@ -33,6 +33,20 @@ class ServerSettings(BaseModel):
     monitor_port: int = Field(default=8222, ge=0, le=65535)
     store_dir: Path = Field(description="JetStream's file store")
     max_store_bytes: int = Field(default=8 << 30, gt=0, description="JetStream's file store limit")
+    server_name: str = Field(default="kyma-sync-nats", pattern=r"^[A-Za-z0-9_-]+$", description="unique per cluster")
+
+
+class ClusterSettings(BaseModel):
+    """Routes between the servers of a JetStream cluster (R3 streams survive the loss of one server)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(default="kyma-sync", pattern=r"^[A-Za-z0-9_-]+$")
+    host: str = Field(default="0.0.0.0", description="route address")
+    port: int = Field(default=6222, ge=0, le=65535)
+    routes: tuple[str, ...] = Field(
+        default=(), description="the other servers' routes, tls://HOST:PORT (their certificates must name HOST)"
+    )
 
 
 class EventBusConfig(BaseModel):
@@ -75,10 +89,11 @@ def authorization(config: EventBusConfig) -> dict[str, Any]:
     }
 
 
-def server_config(config: EventBusConfig, *, directory: Path) -> str:
+def server_config(config: EventBusConfig, *, directory: Path, cluster: ClusterSettings | None = None) -> str:
+    """The nats-server configuration; ``cluster``: this server's routes to the others of a cluster."""
     server = config.server
-    document = {
-        "server_name": "kyma-sync-nats",
+    document: dict[str, Any] = {
+        "server_name": server.server_name,
         "listen": f"{server.host}:{server.port}",
         "http": f"{server.monitor_host}:{server.monitor_port}",
         "jetstream": {"store_dir": str(server.store_dir), "max_file_store": server.max_store_bytes},
@@ -89,6 +104,19 @@ def server_config(config: EventBusConfig, *, directory: Path) -> str:
         },
         "authorization": authorization(config),
     }
+    if cluster is not None:
+        # Routes are TLS both ways, each server checking the other's certificate against the bus CA.
+        document["cluster"] = {
+            "name": cluster.name,
+            "listen": f"{cluster.host}:{cluster.port}",
+            "routes": list(cluster.routes),
+            "tls": {
+                "cert_file": str(directory / CERT_FILE),
+                "key_file": str(directory / KEY_FILE),
+                "ca_file": str(directory / CA_FILE),
+                "timeout": 5,
+            },
+        }
     return json.dumps(document, indent=2) + "\n"
 
 

@@ -28,7 +28,7 @@ def init(
     if (directory / layout.CONFIG_FILE).exists():
         raise FileExistsError(f"{directory} already holds an event bus ({layout.CONFIG_FILE})")
     ca = pki.create_ca("kyma-sync-nats-ca")
-    serving = pki.server_cert(ca, hosts, lifetime=_SERVER_CERT_LIFETIME)
+    serving = pki.server_cert(ca, hosts, lifetime=_SERVER_CERT_LIFETIME, peer=True)  # cluster routes: mutual TLS
     for name, content, mode in (
         (layout.CA_FILE, ca.cert_pem, 0o644),
         (layout.CERT_FILE, serving.cert_pem, 0o644),

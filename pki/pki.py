@@ -173,14 +173,15 @@ def signing_key_pem() -> tuple[bytes, bytes]:
     return private, public
 
 
-def server_cert(ca: KeyPair, hosts: Iterable[str], *, lifetime: datetime.timedelta) -> KeyPair:
-    """A serving certificate for ``hosts`` (names and IP addresses; the first is the CN)."""
+def server_cert(ca: KeyPair, hosts: Iterable[str], *, lifetime: datetime.timedelta, peer: bool = False) -> KeyPair:
+    """A serving certificate for ``hosts`` (names and IP addresses; the first is the CN); ``peer``: also a client
+    certificate, for servers that connect to each other (NATS cluster routes verify both ends)."""
     names = list(hosts)
     if not names:
         raise ValueError("a server certificate needs at least one host name or IP")
     ips = [n for n in names if _is_ip(n)]
     dns = [n for n in names if not _is_ip(n)]
-    return issue(ca, common_name=names[0], dns_names=dns, ip_addresses=ips, server=True, lifetime=lifetime)
+    return issue(ca, common_name=names[0], dns_names=dns, ip_addresses=ips, server=True, client=peer, lifetime=lifetime)
 
 
 def _is_ip(name: str) -> bool:
