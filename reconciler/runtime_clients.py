@@ -4,6 +4,10 @@ The Secret is the module kubeconfig ``kyma-certs`` mints (``<module>-kubeconfig-
 kyma-sync-kubeconfigs): the reconcilers never see a runtime's master kubeconfig. It is read from
 the manager's cache of those Secrets, so building a client costs no request to KCP. A semaphore
 per runtime bounds how many writes go to one apiserver at once.
+
+A client unused for ``idle_seconds`` is retired (then closed after the linger), so KCP's memory
+follows activity, not the fleet: an idle runtime costs its cached Secret and Kyma, not a client
+with its TLS context and connection pool (a resync builds it again, once per pass).
 """
 
 import asyncio
@@ -27,6 +31,7 @@ class RuntimeHandle:
     objects: objects.ClusterObjects
     limit: asyncio.Semaphore
     secret_version: str
+    used_at: float = dataclasses.field(default_factory=time.monotonic)
     prepared: set[str] = dataclasses.field(default_factory=set)
     """What was ensured once for this client (CRDs, namespaces); a new client starts afresh."""
 
@@ -40,9 +45,12 @@ class RuntimeClients:
         namespace: str,
         per_runtime: int = 8,
         linger_seconds: float = 300,
+        idle_seconds: float = 120,
     ) -> None:
         self._secrets = secrets
         self._linger = linger_seconds
+        self._idle = idle_seconds
+        self._idle_checked = time.monotonic()
         self._module = module
         self._namespace = namespace
         self._per_runtime = per_runtime
@@ -53,16 +61,32 @@ class RuntimeClients:
     def secret_name(self, runtime: str) -> str:
         return wire.module_kubeconfig_secret(self._module, runtime)
 
+    @property
+    def cached(self) -> int:
+        """Clients held now (retired ones not counted)."""
+        return len(self._handles)
+
     async def get(self, runtime: str) -> RuntimeHandle:
+        self._retire_idle()
         await self._close_retired()
         handle = self._handles.get(runtime)
-        if handle is not None:
-            return handle
-        async with self._building.setdefault(runtime, asyncio.Lock()):
-            handle = self._handles.get(runtime)
-            if handle is None:
-                handle = self._handles[runtime] = await self._build(runtime)
-            return handle
+        if handle is None:
+            async with self._building.setdefault(runtime, asyncio.Lock()):
+                handle = self._handles.get(runtime)
+                if handle is None:
+                    handle = self._handles[runtime] = await self._build(runtime)
+                self._building.pop(runtime, None)
+        handle.used_at = time.monotonic()
+        return handle
+
+    def _retire_idle(self) -> None:
+        """Retire clients unused for the idle time (looked at most every tenth of it: a scan is O(runtimes))."""
+        now = time.monotonic()
+        if now - self._idle_checked < self._idle / 10:
+            return
+        self._idle_checked = now
+        for runtime in [r for r, handle in self._handles.items() if now - handle.used_at > self._idle]:
+            self.invalidate(runtime)
 
     async def _build(self, runtime: str) -> RuntimeHandle:
         secret = self._secrets.get(self.secret_name(runtime), self._namespace)

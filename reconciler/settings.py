@@ -178,7 +178,11 @@ class ShardingSettings(_Section):
     )
     shards: int = Field(default=16, ge=1, le=256, description="runtimes are split into this many Lease-held shards")
     namespace: str = Field(default=wire.KCP_NAMESPACE, description="where the member and shard Leases are")
-    lease_prefix: str = Field(default="kyma-reconciler", pattern=r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
+    lease_prefix: str = Field(
+        default="kyma-reconciler",
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$",
+        description="Lease names start so (the chart: the release name)",
+    )
     lease_duration_seconds: float = Field(
         default=10, gt=0, description="a replica silent this long loses its shards to the others"
     )
@@ -211,6 +215,11 @@ class ReconcilerSettings(_Section):
     )
     nats: NatsSettings = NatsSettings()
     management_port: int = Field(default=9092, ge=0, le=65535)
+    runtime_client_idle_seconds: float = Field(
+        default=120,
+        gt=0,
+        description="a runtime's API client unused this long is closed (KCP memory follows activity, not the fleet)",
+    )
     shutdown_grace_seconds: float = Field(
         default=25, ge=0, description="after SIGTERM, how long running reconciles may take to finish"
     )

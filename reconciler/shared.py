@@ -3,7 +3,7 @@
 import dataclasses
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
 from clients import informer, kube
 from contract import wire
@@ -43,10 +43,18 @@ class Shared:
                 module=config.kubeconfig_module,
                 namespace=config.kubeconfig_namespace,
                 per_runtime=config.sync_resources.per_runtime_concurrency,
+                idle_seconds=config.runtime_client_idle_seconds,
             ),
             queue_metrics=workqueue.QueueMetrics(registry),
             ownership=sharding.Ownership(config.sharding.shards if config.sharding.enabled else None),
         )
+
+    def __post_init__(self) -> None:
+        Gauge(
+            "kyma_reconciler_runtime_clients",
+            "Runtime API clients held (idle ones are closed: this follows activity, not the fleet)",
+            registry=self.registry,
+        ).set_function(lambda: self.clients.cached)
 
     def informers(self) -> tuple[informer.Informer, ...]:
         return self.kymas, self.kubeconfigs

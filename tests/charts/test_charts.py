@@ -26,6 +26,7 @@ from eventbus import layout, setup
 from listener import metrics as listener_metrics
 from listener import settings as listener_settings
 from observability import metrics as observability_metrics
+from reconciler import cli as reconciler_cli
 from reconciler import consumer, crds, manager, sync_resources, workqueue
 from reconciler import settings as reconciler_settings
 from watcher import config as watcher_config
@@ -328,6 +329,7 @@ EVERYTHING = {
     ],
     "kyma-watcher": ["--set", "monitoring.serviceMonitor.enabled=true"],
 }
+SHARDED = ["--set", "sharding.enabled=true", "--set", "replicas=3"]
 EXPOSURES = {
     "ingress-nginx": [],
     "istio": ["--set", "exposure.type=istio"],
@@ -406,6 +408,16 @@ def render_notes(helm: Path, chart: str, tmp_path: Path, *extra: str) -> str:
             EVERYTHING["kyma-reconciler"],
             ["helm test kyma-reconciler", "PrometheusRule", "RUNBOOKS.md", "grafana_dashboard"],
             id="reconciler",
+        ),
+        pytest.param(
+            "kyma-reconciler",
+            SHARDED,
+            [
+                "--reconciler-replicas kyma-reconciler-0,kyma-reconciler-1,kyma-reconciler-2",
+                "statefulset/kyma-reconciler",
+                "shard 0",
+            ],
+            id="reconciler-sharded",
         ),
         pytest.param(
             "kyma-watcher",
@@ -496,6 +508,7 @@ RECOMMENDED_LABELS = (
         pytest.param("kyma-listener", EXPOSURES["gateway-api"], False, id="listener-gateway-api"),
         pytest.param("kyma-listener", [], True, id="listener-nats"),
         pytest.param("kyma-reconciler", EVERYTHING["kyma-reconciler"], False, id="reconciler"),
+        pytest.param("kyma-reconciler", [*EVERYTHING["kyma-reconciler"], *SHARDED], False, id="reconciler-sharded"),
         pytest.param("kyma-watcher", EVERYTHING["kyma-watcher"], False, id="watcher"),
     ],
 )
@@ -920,6 +933,7 @@ FOREIGN_GROUPS = ("monitoring.coreos.com/", "gateway.networking.k8s.io/", "netwo
             id="listener-gateway-api-runtime-ids",
         ),
         pytest.param("kyma-reconciler", EVERYTHING["kyma-reconciler"], id="reconciler"),
+        pytest.param("kyma-reconciler", [*EVERYTHING["kyma-reconciler"], *SHARDED], id="reconciler-sharded"),
         pytest.param("kyma-watcher", EVERYTHING["kyma-watcher"], id="watcher"),
     ],
 )
@@ -1001,3 +1015,72 @@ def test_the_certs_chart_runs_a_command_line_kyma_certs_accepts(helm: Path) -> N
     assert "kyma-sync" in yaml.safe_load(access_map["data"]["access.yaml"])["modules"]
     roles = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "Role"}
     assert set(roles) == {"kcp-system", "kyma-sync-kubeconfigs"}
+
+
+def test_the_reconciler_chart_shards_replicas_over_leases(
+    helm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sharding.enabled: a StatefulSet whose pods take their identity from their name ($POD_NAME), a
+    reconciler.yaml with sharding on (the identity left to the CLI), a command line kyma-reconciler accepts,
+    and Leases in the release namespace, exactly as the shards need them."""
+    docs = render(helm, "kyma-reconciler", *SHARDED, namespace="kcp-system")
+    assert not [d for d in docs if d["kind"] == "Deployment"]
+    [stateful_set] = [d for d in docs if d["kind"] == "StatefulSet"]
+    [service] = [d for d in docs if d["kind"] == "Service"]
+    spec = stateful_set["spec"]
+    assert spec["replicas"] == 3 and spec["serviceName"] == service["metadata"]["name"]
+    assert spec["podManagementPolicy"] == "Parallel" and spec["updateStrategy"] == {"type": "RollingUpdate"}
+    [container] = spec["template"]["spec"]["containers"]
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
+
+    config = reconciler_settings.ReconcilerSettings.model_validate(embedded(docs, "reconciler.yaml"))
+    assert config.sharding.enabled and config.sharding.identity is None
+    assert (config.sharding.shards, config.sharding.namespace) == (16, "kcp-system")
+    assert config.sharding.lease_prefix == "kyma-reconciler", "the release name: two releases never share Leases"
+    assert config.sharding.lease_duration_seconds == 10 and config.sharding.renew_interval_seconds == 2
+    # The pod's command line with $POD_NAME set as the StatefulSet sets it: the pod name is the identity.
+    monkeypatch.setenv("POD_NAME", "kyma-reconciler-1")
+    args = reconciler_cli._parser().parse_args(container["command"][1:])
+    assert args.config == Path("/etc/kyma-reconciler/reconciler.yaml") and args.identity == "kyma-reconciler-1"
+    args.config = tmp_path / "reconciler.yaml"
+    args.config.write_text(yaml.safe_dump(embedded(docs, "reconciler.yaml")))
+    assert reconciler_cli._settings(args).sharding.identity == "kyma-reconciler-1"
+
+    service_account = spec["template"]["spec"]["serviceAccountName"]
+    lease_roles = [
+        d
+        for d in docs
+        if d["kind"] in ("Role", "ClusterRole")
+        and any("leases" in rule.get("resources", []) for rule in d.get("rules", []))
+    ]
+    [role] = lease_roles
+    assert role["kind"] == "Role" and role["metadata"]["namespace"] == "kcp-system"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "create", "update"]}
+    ]
+    [binding] = [d for d in docs if d["kind"] == "RoleBinding" and d["roleRef"]["name"] == role["metadata"]["name"]]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "kyma-reconciler-leases",
+    }
+    assert binding["metadata"]["namespace"] == "kcp-system"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": service_account, "namespace": "kcp-system"}]
+
+
+def test_the_reconciler_chart_is_unsharded_by_default(helm: Path) -> None:
+    """Without sharding: one replica in a Recreate Deployment, no identity, no Lease access."""
+    docs = render(helm, "kyma-reconciler", namespace="kcp-system")
+    assert not [d for d in docs if d["kind"] == "StatefulSet"]
+    [deployment] = [d for d in docs if d["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert "env" not in container
+    assert not reconciler_settings.ReconcilerSettings.model_validate(embedded(docs, "reconciler.yaml")).sharding.enabled
+    assert not [d for d in docs if any("leases" in r.get("resources", []) for r in d.get("rules", []))]
+
+
+def test_the_reconciler_chart_refuses_unsharded_replicas(helm: Path) -> None:
+    """replicas above 1 would have every replica do every write: without sharding, rendering fails and says so."""
+    error = helm_fails(helm, "kyma-reconciler", "--set", "replicas=2")
+    assert "replicas=2 needs sharding.enabled=true" in error, error

@@ -1,0 +1,48 @@
+"""Runtime API clients follow activity: built on use from the kubeconfig Secrets, closed when idle."""
+
+import asyncio
+
+import pytest
+
+from clients import informer, kube
+from contract import wire
+from reconciler import runtime_clients
+
+from .conftest import MODULE, Kcp
+
+pytestmark = pytest.mark.integration
+
+
+async def test_an_idle_runtime_client_is_closed_and_built_again_on_use(kcp: Kcp) -> None:
+    """A client unused for the idle time is retired at the next use of any other and closed after the linger; the
+    idle runtime's next use builds a new working client. Only clients in use are held."""
+    secrets = informer.Informer(
+        kcp.api,
+        kube.SECRETS,
+        namespace=wire.KUBECONFIG_NAMESPACE,
+        label_selector=f"{wire.MODULE_LABEL}={MODULE}",
+    )
+    stop = asyncio.Event()
+    following = asyncio.create_task(secrets.run(stop=stop))
+    clients = runtime_clients.RuntimeClients(
+        secrets, module=MODULE, namespace=wire.KUBECONFIG_NAMESPACE, idle_seconds=0.5, linger_seconds=0
+    )
+    try:
+        await secrets.synced.wait()
+        first = await clients.get("skr-1")
+        assert await kube.get_or_none(first.objects.api, f"/api/v1/namespaces/{kcp.runtime_namespace}")
+        await clients.get("skr-2")
+        assert clients.cached == 2
+        await asyncio.sleep(0.6)
+        busy = await clients.get("skr-2")  # skr-1 has been idle: retired, and closed (no linger here)
+        await asyncio.sleep(0.06)  # past a tenth of the idle time: the next use looks again
+        assert await clients.get("skr-2") is busy
+        assert clients.cached == 1, "only the runtime in use holds a client"
+        assert first.objects.api.rest_client.pool_manager.closed, "the idle client's connections are closed"
+        again = await clients.get("skr-1")
+        assert again is not first
+        assert await kube.get_or_none(again.objects.api, f"/api/v1/namespaces/{kcp.runtime_namespace}")
+    finally:
+        await clients.close()
+        stop.set()
+        await following
