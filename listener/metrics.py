@@ -6,6 +6,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 class ListenerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self.connections = Gauge(
+            "kyma_listener_connections",
+            "Open event connections (idle ones close after keepalive_seconds: this follows activity, not the fleet)",
+            registry=registry,
+        )
         self.requests = Counter(
             "kyma_listener_requests",
             "Event requests by outcome",

@@ -136,12 +136,18 @@ async def _serving(
         publisher=publisher.JetStreamPublisher(config.nats),
     )
     events_runner = web.AppRunner(
-        app.build_event_app(state), shutdown_timeout=config.shutdown_grace_seconds, access_log=None
+        app.build_event_app(state),
+        shutdown_timeout=config.shutdown_grace_seconds,
+        keepalive_timeout=config.keepalive_seconds,
+        access_log=None,
     )
     management_runner = web.AppRunner(
         endpoints.management_app(state.metrics.registry, lambda: app.readiness(state)), access_log=None
     )
     await events_runner.setup()
+    events_server = events_runner.server
+    assert events_server is not None
+    state.metrics.connections.set_function(lambda: len(events_server.connections))
     await management_runner.setup()
     stop_reloading = asyncio.Event()
     reloading = asyncio.create_task(

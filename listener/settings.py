@@ -113,6 +113,12 @@ class ListenerSettings(_Section):
     rate_limit: RateLimitSettings = RateLimitSettings()
     nats: NatsSettings
     shutdown_grace_seconds: float = Field(default=10, ge=0, description="drain time on SIGTERM")
+    keepalive_seconds: float = Field(
+        default=30,
+        gt=0,
+        description="a watcher's connection idle this long is closed: held connections follow activity, not the "
+        "fleet (an idle watcher reconnects for its heartbeat, once a minute)",
+    )
     identity: IdentitySettings = IdentitySettings()
     upstream_components: dict[UpstreamComponentField, ids.ModuleNameField] = Field(
         default_factory=dict,

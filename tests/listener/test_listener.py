@@ -2,6 +2,7 @@
 
 import asyncio
 import datetime
+import functools
 import hashlib
 import json
 import ssl
@@ -30,6 +31,7 @@ from pki import kubeconfigs, pki
 from reconciler import crds
 
 from ..conftest import ARCHIVE, connect_raw
+from ..waiting import eventually
 from .conftest import ConfigFactory, Pki, make_event, post, wait_ready
 
 pytestmark = pytest.mark.integration
@@ -548,3 +550,26 @@ async def test_a_header_smuggled_in_an_event_field_is_refused(listener: server.B
         listener.events_url, runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")), json.dumps(body).encode()
     )
     assert reply.status == 400 and "target.group" in reply.body["error"]
+
+
+async def test_an_idle_watcher_connection_is_closed_after_the_keepalive(
+    landscape: landscape_mod.Landscape, listener_config: ConfigFactory, runtime_pki: Pki
+) -> None:
+    """Held connections follow activity, not the fleet: a kept-alive connection unused for keepalive_seconds is
+    closed by the listener (the gauge shows it), and the client's next request simply connects again."""
+    registry = CollectorRegistry()
+    config = listener_config(landscape.nats, keepalive_seconds=0.5)
+    async with server.serving(config, registry=registry) as bound:
+        await wait_ready(bound)
+        held = functools.partial(registry.get_sample_value, "kyma_listener_connections")
+        connector = aiohttp.TCPConnector(ssl=runtime_pki.client_context(runtime_pki.runtime_cert("skr-1")))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            for rv in ("1", "2"):
+                async with session.post(
+                    f"{bound.events_url}{wire.EVENTS_PATH}",
+                    data=events.encode(make_event(rv=rv, uid=f"uid-keepalive-{uuid.uuid4().hex[:6]}")),
+                    headers={"Content-Type": "application/json"},
+                ) as response:
+                    assert response.status == 202
+                assert held() == 1, "kept alive while in use"
+                await eventually(lambda: held() == 0, timeout=10, what="the idle connection closed")
