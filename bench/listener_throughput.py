@@ -2,14 +2,23 @@
 
 Starts a real nats-server and a `kyma-listener` process, then drives it from this process with
 many concurrent mTLS clients, each a distinct runtime with its own certificate, over keep-alive
-connections. Prints accepted events/s and p50/p99 request latency.
+connections. Prints accepted events/s, p50/p99 request latency, and accepted events per second
+of listener CPU (what one listener core takes).
 
-    python bench/listener_throughput.py --clients 64 --events 20000
+--nats-bench NATS: first runs the NATS CLI's `nats bench js pub sync` on the same server with
+the same number of clients, messages of the same size and message ids (dedup), for the ratio the
+listener is held to (a synchronous JetStream publish per event is the listener's floor).
+--profile FILE: runs the listener under cProfile and prints where its time went.
+
+    python bench/listener_throughput.py --clients 64 --events 20000 --nats-bench ~/go/bin/nats
 """
 
 import argparse
 import asyncio
 import json
+import os
+import pstats
+import re
 import ssl
 import statistics
 import subprocess
@@ -61,6 +70,54 @@ async def _client(url: str, context: ssl.SSLContext, bodies: list[bytes], latenc
     return accepted
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _nats_bench(binary: Path, bus: nats.NatsServer, *, clients: int, messages: int, size: int) -> dict[str, float]:
+    """`nats bench js pub sync` as the admin (it creates its own stream): aggregate msgs/s and its CPU."""
+    credentials = bus.credentials()
+    assert credentials.nkey_seed_file is not None and credentials.ca_file is not None
+    started = time.perf_counter()
+    out = subprocess.run(
+        [
+            str(binary),
+            "--server",
+            bus.url,
+            "--nkey",
+            str(credentials.nkey_seed_file),
+            "--tlsca",
+            str(credentials.ca_file),
+            "bench",
+            "js",
+            "pub",
+            "sync",
+            "kyma-bench.sync",
+            "--create",
+            "--dedup",
+            "--clients",
+            str(clients),
+            "--msgs",
+            str(messages),
+            "--size",
+            str(size),
+            "--no-progress",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    elapsed = time.perf_counter() - started
+    aggregate = re.search(r"(?:Pub stats|aggregated stats):.*?([\d,]+) msgs/sec", out, re.IGNORECASE | re.DOTALL)
+    if aggregate is None:
+        raise SystemExit(f"cannot read nats bench's result:\n{out}")
+    return {"msgs_per_second": float(aggregate.group(1).replace(",", "")), "seconds": round(elapsed, 2)}
+
+
 async def _wait_ready(url: str, timeout: float = 30) -> None:
     async with aiohttp.ClientSession() as session:
         deadline = time.monotonic() + timeout
@@ -79,6 +136,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=64, help="concurrent runtimes (default 64)")
     parser.add_argument("--events", type=int, default=20000, help="events in total (default 20000)")
+    parser.add_argument("--nats-bench", type=Path, help="the NATS CLI binary, for the reference figure")
+    parser.add_argument("--profile", type=Path, help="run the listener under cProfile, write the profile here")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="kyma-bench-listener-"))
@@ -106,8 +165,23 @@ async def main() -> None:
         "nats": {"servers": [bus.url], "credentials": bus.credentials("listener").model_dump(mode="json")},
     }
     (work / "listener.yaml").write_text(yaml.safe_dump(config))
+    reference = (
+        _nats_bench(args.nats_bench, bus, clients=args.clients, messages=args.events, size=len(_event("bench-0", 0)))
+        if args.nats_bench
+        else None
+    )
+    profiling = ["-m", "cProfile", "-o", str(args.profile)] if args.profile else []
     listener = subprocess.Popen(
-        [sys.executable, "-m", "listener.cli", "--config", str(work / "listener.yaml"), "--log-level", "WARNING"]
+        [
+            sys.executable,
+            *profiling,
+            "-m",
+            "listener.cli",
+            "--config",
+            str(work / "listener.yaml"),
+            "--log-level",
+            "WARNING",
+        ]
     )
     try:
         await _wait_ready(f"http://127.0.0.1:{management}/readyz")
@@ -125,6 +199,7 @@ async def main() -> None:
             workloads.append([_event(runtime, n) for n in range(per_client)])
         latencies: list[float] = []
         url = f"https://127.0.0.1:{port}/v1/events"
+        cpu_before = _cpu_seconds(listener.pid)
         started = time.perf_counter()
         accepted = sum(
             await asyncio.gather(
@@ -132,6 +207,7 @@ async def main() -> None:
             )
         )
         elapsed = time.perf_counter() - started
+        listener_cpu = _cpu_seconds(listener.pid) - cpu_before
         quantiles = statistics.quantiles(latencies, n=100)
         print(
             json.dumps(
@@ -143,6 +219,18 @@ async def main() -> None:
                     "accepted_events_per_second": round(accepted / elapsed),
                     "latency_p50_ms": round(quantiles[49] * 1000, 2),
                     "latency_p99_ms": round(quantiles[98] * 1000, 2),
+                    "listener_cpu_seconds": round(listener_cpu, 2),
+                    "accepted_events_per_listener_core_second": round(accepted / listener_cpu),
+                    **(
+                        {
+                            "nats_bench_js_pub_sync_msgs_per_second": reference["msgs_per_second"],
+                            "ratio_per_listener_core_to_nats_bench": round(
+                                accepted / listener_cpu / reference["msgs_per_second"], 3
+                            ),
+                        }
+                        if reference
+                        else {}
+                    ),
                 },
                 indent=2,
             )
@@ -151,6 +239,8 @@ async def main() -> None:
         listener.terminate()
         listener.wait(timeout=15)
         bus.stop()
+    if args.profile:
+        pstats.Stats(str(args.profile)).sort_stats("tottime").print_stats(25)
 
 
 if __name__ == "__main__":

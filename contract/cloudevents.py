@@ -42,10 +42,13 @@ def subject(event: events.ChangeEvent) -> str:
     return "/".join(part for part in parts if part)
 
 
+_CONTROL_CHARACTERS = str.maketrans(dict.fromkeys((*range(0x20), 0x7F), "_"))
+
+
 def _header_safe(value: str) -> str:
     """The event model already refuses control characters in every field used here; this keeps a header
     line a header line even if a field's rule is ever loosened (CR/LF would start a forged header)."""
-    return "".join(c if " " <= c != "\x7f" else "_" for c in value)
+    return value.translate(_CONTROL_CHARACTERS)
 
 
 def headers(event: events.ChangeEvent) -> dict[str, str]:

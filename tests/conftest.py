@@ -24,7 +24,7 @@ from observability import tracing
 
 # One provider per process (OpenTelemetry refuses a second); spans are kept in memory for tests.
 _SPANS = InMemorySpanExporter()
-tracing.configure(service_name="kyma-sync-tests").add_span_processor(SimpleSpanProcessor(_SPANS))
+tracing.configure(service_name="kyma-sync-tests", processors=[SimpleSpanProcessor(_SPANS)])
 
 
 @pytest.fixture

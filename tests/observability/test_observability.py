@@ -79,3 +79,19 @@ def test_every_command_tells_its_version(command: str, capsys: pytest.CaptureFix
         entry.load()(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.strip() == f"{command} {importlib.metadata.version('kyma-sync')}"
+
+
+def test_a_process_exporting_nothing_records_no_span_yet_carries_a_sampled_callers_trace() -> None:
+    """No exporter: a span started here for nobody is not recorded (it cost the listener per event); one under a
+    sampled caller is, and what is passed on names the caller's trace, so a trace through this process stays whole."""
+    provider = tracing.configure(service_name="quiet", exporter="none", environ={}, install=False)
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("alone") as alone:
+        assert not alone.is_recording()
+    caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with tracer.start_as_current_span("served", context=tracing.extract({"traceparent": caller})) as served:
+        carrier: dict[str, str] = {}
+        tracing.inject(carrier)
+        assert served.is_recording()
+    assert carrier["traceparent"].split("-")[1] == caller.split("-")[1]
+    provider.shutdown()
