@@ -149,7 +149,7 @@ async def main() -> None:
                         "modules": ["kyma-sync"],
                         "tls": {"cert_file": str(work / "srv.crt"), "key_file": str(work / "srv.key")},
                         "trust": {"client_ca_file": str(bundle)},
-                        "nats": {"servers": [running.nats.url], "credentials": _credentials(running, "listener")},
+                        "nats": {"servers": [running.nats.url], "credentials": nats_credentials(running, "listener")},
                         "rate_limit": {"events_per_second": 1000, "burst": 1000},
                     }
                 )
@@ -223,7 +223,7 @@ async def main() -> None:
             (work / "reconciler.yaml").write_text(
                 yaml.safe_dump(
                     {
-                        "nats": {"servers": [running.nats.url], "credentials": _credentials(running, "reconciler")},
+                        "nats": {"servers": [running.nats.url], "credentials": nats_credentials(running, "reconciler")},
                         "management_port": reconciler_management,
                         "sync_resources": {"namespace": "bench", "resync_seconds": 3600, "workers": 16},
                         "module_templates": {"enabled": True, "resync_seconds": 3600},
@@ -362,7 +362,7 @@ async def main() -> None:
                 return sum(
                     float(line.rsplit(" ", 1)[1])
                     for line in metrics.splitlines()
-                    if line.startswith('kyma_reconciler_module_templates_reconciles_total{outcome="ok"}')
+                    if line.startswith('kyma_reconciler_reconciles_total{controller="module_templates",outcome="ok"}')
                 )
 
             before_template = await template_passes()
@@ -478,5 +478,5 @@ if __name__ == "__main__":
     asyncio.run(main())
 
 
-def _credentials(running: landscape.Landscape, identity: str) -> dict[str, object]:
+def nats_credentials(running: landscape.Landscape, identity: str) -> dict[str, object]:
     return running.nats.credentials(identity).model_dump(mode="json")

@@ -1,0 +1,509 @@
+"""The KCP side at fleet size (10,000 runtimes) on one machine, with a runtime side made cheap.
+
+Runtimes are namespaces on two real SKR apiservers, each with its own Kyma CR and kubeconfig
+Secret in KCP and its own client certificate. No watcher runs: this process edits a runtime's
+object and posts the change event itself, over mTLS with that runtime's certificate, as its
+watcher would (retrying 429/503 as the watcher does). The listener, NATS and the reconciler
+replicas (sharded by Leases) are the real processes. Every runtime gets a SyncResource with one
+CreateAndSync ConfigMap, and one group SyncResource puts a second ConfigMap into all of them.
+Then:
+
+- convergence: until every runtime has both objects;
+- steady drift: --drift-rate edits/s for --drift-seconds, each reset timed from the edit to the
+  object being back (seen on a watch of the apiservers);
+- burst: --burst edits at once, drained;
+- ModuleTemplate: a new template in KCP until the reconcilers made a pass for every runtime;
+- faults (--kill): during a second steady-drift window one reconciler replica and the listener
+  are SIGKILLed (the listener restarted after 3 s): every edit must still be reset, and no
+  synced object may be deleted (DELETED events on the watch are counted);
+- resources: CPU seconds and RSS of every KCP component, and its RSS per runtime.
+
+    python bench/fleet.py --runtimes 10000 --reconcilers 2 --kill
+"""
+
+import argparse
+import asyncio
+import datetime
+import json
+import random
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from scale import name_of, nats_credentials, register, usage
+
+from clients import informer, kube
+from contract import events, ids, wire
+from devenv import landscape, net, process, testbin
+from devenv import nats as nats_mod
+from pki import authority
+from reconciler import crds
+
+MERGE = "application/merge-patch+json"
+SYNCED = "kyma-project.io/synced-by=kyma-sync"
+GROUP_ITEM = "fleet-wide"
+
+
+class Runtimes:
+    """Each simulated runtime's certificate, as its watcher would hold it: an SSL context per runtime."""
+
+    def __init__(self, directory: Path, ca: authority.Authority, bundle: Path, names: list[str]) -> None:
+        self._directory, self._ca, self._bundle = directory, ca, bundle
+        self._contexts: dict[str, ssl.SSLContext] = {}
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            pair = ca.issue_runtime(name, lifetime=datetime.timedelta(days=1))
+            (directory / f"{name}.crt").write_bytes(pair.cert_pem)
+            (directory / f"{name}.key").write_bytes(pair.key_pem)
+
+    def context(self, runtime: str) -> ssl.SSLContext:
+        found = self._contexts.get(runtime)
+        if found is None:
+            found = self._contexts[runtime] = ssl.create_default_context(cafile=str(self._bundle))
+            found.load_cert_chain(self._directory / f"{runtime}.crt", self._directory / f"{runtime}.key")
+        return found
+
+
+class Resets:
+    """A watch of the synced ConfigMaps on one apiserver: when each edited object is back, and deletions."""
+
+    def __init__(self) -> None:
+        self.edited: dict[tuple[str, str], float] = {}
+        self.latencies: list[float] = []
+        self.deleted: list[str] = []
+
+    async def listed(self, items: list[dict[str, Any]]) -> None:
+        for item in items:
+            await self.changed("MODIFIED", item)
+
+    async def changed(self, kind: str, obj: dict[str, Any]) -> None:
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if kind == "DELETED":
+            self.deleted.append("/".join(key))
+            return
+        edited = self.edited.get(key)
+        if edited is not None and (obj.get("data") or {}).get("state") == "desired":
+            self.latencies.append(time.perf_counter() - edited)
+            del self.edited[key]
+
+
+async def post_event(
+    session: aiohttp.ClientSession, url: str, runtimes: Runtimes, runtime: str, obj: dict[str, Any]
+) -> None:
+    """What the runtime's watcher does for an edit it saw: post it until the listener takes it."""
+    metadata = obj["metadata"]
+    event = events.ChangeEvent.create(
+        runtime=ids.runtime_id(runtime),
+        module=ids.module_name(wire.SYNC_MODULE),
+        target=events.WatchedObject(
+            group="",
+            version="v1",
+            resource="configmaps",
+            kind="ConfigMap",
+            namespace=metadata["namespace"],
+            name=metadata["name"],
+            uid=metadata["uid"],
+        ),
+        resource_version=metadata["resourceVersion"],
+        change_type=events.ChangeType.MODIFIED,
+        body={k: v for k, v in obj.items() if k != "metadata"}
+        | {"metadata": {k: v for k, v in metadata.items() if k != "managedFields"}},
+        observed_at=datetime.datetime.now(datetime.UTC),
+    )
+    body = events.encode(event)
+    while True:
+        try:
+            async with session.post(
+                url, data=body, ssl=runtimes.context(runtime), headers={"Content-Type": "application/json"}
+            ) as response:
+                await response.read()
+                if response.status == 202:
+                    return
+                wait = float(response.headers.get("Retry-After", "1"))
+        except aiohttp.ClientError:
+            wait = 0.5
+        await asyncio.sleep(wait)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runtimes", type=int, default=1000, help="simulated runtimes (default 1000)")
+    parser.add_argument("--reconcilers", type=int, default=2, help="sharded reconciler replicas (default 2)")
+    parser.add_argument("--drift-rate", type=float, default=200, help="steady edits per second (default 200)")
+    parser.add_argument("--drift-seconds", type=float, default=30, help="steady drift window (default 30)")
+    parser.add_argument("--burst", type=int, help="edits at once (default: one per runtime)")
+    parser.add_argument("--kill", action="store_true", help="a reconciler and the listener killed in a drift window")
+    args = parser.parse_args()
+    if args.reconcilers > len(nats_mod.RECONCILER_REPLICAS):
+        raise SystemExit(f"at most {len(nats_mod.RECONCILER_REPLICAS)} reconcilers (the bus declares that many)")
+    work = Path(tempfile.mkdtemp(prefix="kyma-bench-fleet-"))
+    print(f"working in {work}", file=sys.stderr)
+    binaries = testbin.ensure(directory=testbin.default_cache_root() / testbin.K8S_VERSION)
+    running = landscape.start(workdir=work, binaries=binaries, runtimes=("skr-a", "skr-b"))
+    procs: dict[str, process.ManagedProcess] = {}
+    names = [name_of(n) for n in range(args.runtimes)]
+    hosts = {name: ("skr-a", "skr-b")[n % 2] for n, name in enumerate(names)}
+    loop = asyncio.get_running_loop()
+
+    def phase(text: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+    try:
+        async with await kube.api_client(running.kcp.admin_kubeconfig()) as kcp:
+            skrs = {h: await kube.api_client(c.admin_kubeconfig(), connections=64) for h, c in running.runtimes.items()}
+            started = time.perf_counter()
+            await register(kcp, running, names, hosts)
+            gate = asyncio.Semaphore(32)
+
+            async def namespace(name: str) -> None:
+                async with gate:
+                    await kube.ensure_namespace(skrs[hosts[name]], name)
+
+            await asyncio.gather(*(namespace(name) for name in names))
+            phase(f"{len(names)} runtimes registered in {time.perf_counter() - started:.0f}s")
+            ca = authority.Authority.create("fleet-ca")
+            bundle = work / "bundle.crt"
+            bundle.write_bytes(ca.to_files()[authority.BUNDLE])
+            serving = ca.issue_server(["127.0.0.1"], lifetime=datetime.timedelta(days=1))
+            (work / "srv.crt").write_bytes(serving.cert_pem)
+            (work / "srv.key").write_bytes(serving.key_pem)
+            runtimes = await asyncio.to_thread(Runtimes, work / "runtimes", ca, bundle, names)
+            phase("runtime certificates issued")
+
+            port, listener_management = net.free_port(), net.free_port()
+            (work / "listener.yaml").write_text(
+                yaml.safe_dump(
+                    {
+                        "host": "127.0.0.1",
+                        "port": port,
+                        "management_port": listener_management,
+                        "modules": [wire.SYNC_MODULE],
+                        "tls": {"cert_file": str(work / "srv.crt"), "key_file": str(work / "srv.key")},
+                        "trust": {"client_ca_file": str(bundle)},
+                        "nats": {"servers": [running.nats.url], "credentials": nats_credentials(running, "listener")},
+                        "rate_limit": {"events_per_second": 100, "burst": 100},
+                    }
+                )
+            )
+            procs["listener"] = process.ManagedProcess(
+                name="listener",
+                argv=[sys.executable, "-m", "listener.cli", "--config", str(work / "listener.yaml")],
+                log_path=work / "listener.log",
+            )
+            reconciler_ports = {}
+            for identity in nats_mod.RECONCILER_REPLICAS[: args.reconcilers]:
+                reconciler_ports[identity] = net.free_port()
+                config = work / f"{identity}.yaml"
+                config.write_text(
+                    yaml.safe_dump(
+                        {
+                            "nats": {
+                                "servers": [running.nats.url],
+                                "credentials": nats_credentials(running, "reconciler"),
+                            },
+                            "management_port": reconciler_ports[identity],
+                            "sync_resources": {"namespace": "bench", "resync_seconds": 3600, "workers": 16},
+                            "module_templates": {
+                                "enabled": True,
+                                "resync_seconds": 3600,
+                                "runtime_crds": "create-if-absent",
+                            },
+                            "kyma": {"enabled": False},
+                            "sharding": {"enabled": True, "identity": identity},
+                        }
+                    )
+                )
+                procs[identity] = process.ManagedProcess(
+                    name=identity,
+                    argv=[
+                        sys.executable,
+                        "-m",
+                        "reconciler.cli",
+                        "--config",
+                        str(config),
+                        "--kcp-kubeconfig",
+                        str(running.kcp.admin_kubeconfig_path),
+                        "--log-level",
+                        "WARNING",
+                    ],
+                    log_path=work / f"{identity}.log",
+                )
+            for managed in procs.values():
+                managed.start()
+            procs["listener"].wait_ready(
+                lambda: net.http_ok(f"http://127.0.0.1:{listener_management}/readyz"), timeout=60
+            )
+            setup_seconds = time.perf_counter() - started
+
+            resets = Resets()
+            stop_watching = asyncio.Event()
+            watching = [
+                asyncio.create_task(
+                    informer.follow(
+                        api, kube.CONFIGMAPS, namespace=None, label_selector=SYNCED, handler=resets, stop=stop_watching
+                    )
+                )
+                for api in skrs.values()
+            ]
+
+            created = time.perf_counter()
+
+            async def sync_resource(name: str, spec: dict[str, Any]) -> None:
+                async with gate:
+                    await kube.request(
+                        kcp,
+                        "POST",
+                        crds.SYNC_RESOURCE.path("bench"),
+                        body={
+                            "apiVersion": crds.SYNC_RESOURCE.api_version,
+                            "kind": "SyncResource",
+                            "metadata": {"name": name, "namespace": "bench"},
+                            "spec": spec,
+                        },
+                    )
+
+            def configmap(name: str, namespace: str | None) -> dict[str, Any]:
+                metadata = {"name": name} | ({"namespace": namespace} if namespace else {})
+                return {
+                    "name": name,
+                    "strategy": "CreateAndSync",
+                    "resource": {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": metadata,
+                        "data": {"state": "desired"},
+                    },
+                }
+
+            await asyncio.gather(
+                *(sync_resource(name, {"kyma": name, "items": [configmap("cm", name)]}) for name in names),
+                sync_resource(GROUP_ITEM, {"target": {"selector": {}}, "items": [configmap(GROUP_ITEM, "default")]}),
+            )
+            phase("SyncResources created")
+
+            async def converged() -> int:
+                total = 0
+                for api in skrs.values():
+                    listing = await kube.request(
+                        api, "GET", "/api/v1/configmaps", query=[("labelSelector", SYNCED), ("limit", "0")]
+                    )
+                    total += sum(1 for i in listing["items"] if i["metadata"]["name"] == "cm")
+                return total
+
+            group_target = len(skrs)  # the group item lands in "default" of each apiserver (runtimes share them)
+            while True:
+                have = await converged()
+                group = await _group_ready(kcp, len(names))
+                if have >= len(names) and group:
+                    break
+                if time.perf_counter() - created > 3600:
+                    raise SystemExit(f"not converged within an hour: {have} of {len(names)}, group ready: {group}")
+                await asyncio.sleep(2)
+            convergence = time.perf_counter() - created
+            phase(f"converged in {convergence:.0f}s ({group_target} apiservers hold the group item)")
+
+            url = f"https://127.0.0.1:{port}{wire.EVENTS_PATH}"
+            connector = aiohttp.TCPConnector(limit=512, keepalive_timeout=20)
+            async with aiohttp.ClientSession(connector=connector) as session:
+                counter = iter(range(10**9))
+
+                async def drift(name: str) -> None:
+                    value = f"edited-{next(counter)}"
+                    resets.edited[(name, "cm")] = time.perf_counter()
+                    try:
+                        edited = await kube.request(
+                            skrs[hosts[name]],
+                            "PATCH",
+                            f"/api/v1/namespaces/{name}/configmaps/cm",
+                            body={"data": {"state": value}},
+                            query=[("fieldManager", "kubectl")],
+                            content_type=MERGE,
+                        )
+                    except kube.KubeError:
+                        resets.edited.pop((name, "cm"), None)
+                        return
+                    await post_event(session, url, runtimes, name, edited)
+
+                async def steady(seconds: float, rate: float, *, during: Any = None) -> dict[str, Any]:
+                    resets.latencies.clear()
+                    tasks: set[asyncio.Task[None]] = set()
+                    window_started = loop.time()
+                    injected = asyncio.create_task(during()) if during else None
+                    n = 0
+                    while loop.time() - window_started < seconds:
+                        n += 1
+                        task = asyncio.create_task(drift(random.choice(names)))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+                        await asyncio.sleep(max(0.0, window_started + n / rate - loop.time()))
+                    await asyncio.gather(*tasks)
+                    if injected:
+                        await injected
+                    await _until(lambda: not resets.edited, timeout=300)
+                    return _summary(resets.latencies, edits=n, lost=len(resets.edited), seconds=seconds)
+
+                phase(f"steady drift, {args.drift_rate:g}/s for {args.drift_seconds:g}s")
+                steady_result = await steady(args.drift_seconds, args.drift_rate)
+                phase(f"steady: {steady_result}")
+                burst_size = args.burst or len(names)
+                resets.latencies.clear()
+                burst_started = time.perf_counter()
+                await asyncio.gather(*(drift(name) for name in random.sample(names, min(burst_size, len(names)))))
+                await _until(lambda: not resets.edited, timeout=900)
+                burst_result = _summary(
+                    resets.latencies,
+                    edits=burst_size,
+                    lost=len(resets.edited),
+                    seconds=time.perf_counter() - burst_started,
+                )
+                phase(f"burst: {burst_result}")
+
+                before = sum(
+                    _metric(
+                        reconciler_ports,
+                        "kyma_reconciler_reconciles_total",
+                        'controller="module_templates",outcome="ok"',
+                    ).values()
+                )
+                template_started = time.perf_counter()
+                await kube.request(
+                    kcp,
+                    "POST",
+                    crds.MODULE_TEMPLATE.path(wire.KCP_NAMESPACE),
+                    body={
+                        "apiVersion": crds.MODULE_TEMPLATE.api_version,
+                        "kind": "ModuleTemplate",
+                        "metadata": {"name": "fleet-template", "namespace": wire.KCP_NAMESPACE},
+                        "spec": {"version": "1.0.0"},
+                    },
+                )
+                await _until(
+                    lambda: (
+                        sum(
+                            _metric(
+                                reconciler_ports,
+                                "kyma_reconciler_reconciles_total",
+                                'controller="module_templates",outcome="ok"',
+                            ).values()
+                        )
+                        - before
+                        >= len(names)
+                    ),
+                    timeout=900,
+                    interval=0.5,
+                )
+                template_seconds = time.perf_counter() - template_started
+                phase(f"template passed to every runtime in {template_seconds:.0f}s")
+
+                fault_result: dict[str, Any] = {}
+                if args.kill:
+                    victim = nats_mod.RECONCILER_REPLICAS[0]
+
+                    async def faults() -> None:
+                        await asyncio.sleep(args.drift_seconds / 3)
+                        await asyncio.to_thread(procs[victim].kill)
+                        await asyncio.to_thread(procs["listener"].kill)
+                        await asyncio.sleep(3)
+                        procs["listener"].start()
+
+                    deleted_before = len(resets.deleted)
+                    fault_result = await steady(args.drift_seconds, args.drift_rate, during=faults)
+                    fault_result["reconciler_killed"] = victim
+                    fault_result["synced_objects_deleted"] = len(resets.deleted) - deleted_before
+                    phase(f"faults: {fault_result}")
+
+            stop_watching.set()
+            await asyncio.gather(*watching)
+            pids = {name: managed.pid for name, managed in procs.items() if managed.pid}
+            if running.nats.pid:
+                pids["nats-server"] = running.nats.pid
+            components = {name: usage(pid) for name, pid in pids.items()}
+            clients = _metric(reconciler_ports, "kyma_reconciler_runtime_clients")
+            print(
+                json.dumps(
+                    {
+                        "runtimes": len(names),
+                        "reconciler_replicas": args.reconcilers,
+                        "setup_seconds": round(setup_seconds, 1),
+                        "convergence_seconds": round(convergence, 1),
+                        "steady_drift": steady_result,
+                        "burst": burst_result,
+                        "module_template_all_runtimes_seconds": round(template_seconds, 1),
+                        "faults": fault_result,
+                        "synced_objects_deleted_in_all": len(resets.deleted),
+                        "runtime_clients_held_at_the_end": clients,
+                        "components": {
+                            name: {
+                                "cpu_seconds": round(cpu, 1),
+                                "rss_mib": round(rss, 1),
+                                "rss_kib_per_runtime": round(rss * 1024 / len(names), 1),
+                            }
+                            for name, (cpu, rss) in components.items()
+                        },
+                    },
+                    indent=2,
+                )
+            )
+            for api in skrs.values():
+                await api.close()
+    finally:
+        for managed in reversed(list(procs.values())):
+            managed.stop()
+        running.stop()
+
+
+async def _until(check: Callable[[], bool], *, timeout: float, interval: float = 0.2) -> None:
+    """Until ``check`` holds or ``timeout`` passed (what did not happen shows in the figures)."""
+    deadline = time.perf_counter() + timeout
+    while True:
+        if check() or time.perf_counter() > deadline:
+            return
+        await asyncio.sleep(interval)
+
+
+async def _group_ready(kcp: kube.ApiClient, runtimes: int) -> bool:
+    found = await kube.get_or_none(kcp, crds.SYNC_RESOURCE.object_path("bench", GROUP_ITEM))
+    status = (found or {}).get("status") or {}
+    return bool(status.get("state") == "Ready" and status.get("runtimeCount") == runtimes)
+
+
+def _metric(ports: dict[str, int], name: str, labels: str = "") -> dict[str, float]:
+    """A metric (its series carrying ``labels``) summed per reconciler replica (a killed replica counts nothing)."""
+    found = {}
+    for identity, port in ports.items():
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        except OSError:
+            continue
+        found[identity] = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and line[len(name)] in " {" and labels in line
+        )
+    return found
+
+
+def _summary(latencies: list[float], *, edits: int, lost: int, seconds: float) -> dict[str, Any]:
+    ordered = sorted(latencies)
+    quantiles = statistics.quantiles(ordered, n=100) if len(ordered) >= 2 else ordered * 99 or [0.0] * 99
+    return {
+        "edits": edits,
+        "reset": len(ordered),
+        "not_reset": lost,
+        "seconds": round(seconds, 1),
+        "p50_s": round(quantiles[49], 2),
+        "p99_s": round(quantiles[98], 2),
+        "max_s": round(ordered[-1], 2) if ordered else None,
+    }
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
