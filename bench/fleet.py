@@ -16,7 +16,8 @@ Then:
 - faults (--kill): during a second steady-drift window one reconciler replica and the listener
   are SIGKILLed (the listener restarted after 3 s): every edit must still be reset, and no
   synced object may be deleted (DELETED events on the watch are counted);
-- resources: CPU seconds and RSS of every KCP component, and its RSS per runtime.
+- resources: CPU seconds and RSS of every KCP component, busy and after --idle-seconds of rest
+  (idle runtime clients and connections released), with the clients and connections still held.
 
     python bench/fleet.py --runtimes 10000 --reconcilers 2 --kill
 """
@@ -26,6 +27,7 @@ import asyncio
 import datetime
 import json
 import random
+import signal
 import ssl
 import statistics
 import sys
@@ -141,6 +143,12 @@ async def main() -> None:
     parser.add_argument("--drift-seconds", type=float, default=30, help="steady drift window (default 30)")
     parser.add_argument("--burst", type=int, help="edits at once (default: one per runtime)")
     parser.add_argument("--kill", action="store_true", help="a reconciler and the listener killed in a drift window")
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=150,
+        help="then idle this long before the memory is read (past the client idle time and the keepalive)",
+    )
     args = parser.parse_args()
     if args.reconcilers > len(nats_mod.RECONCILER_REPLICAS):
         raise SystemExit(f"at most {len(nats_mod.RECONCILER_REPLICAS)} reconcilers (the bus declares that many)")
@@ -298,7 +306,6 @@ async def main() -> None:
                     total += sum(1 for i in listing["items"] if i["metadata"]["name"] == "cm")
                 return total
 
-            group_target = len(skrs)  # the group item lands in "default" of each apiserver (runtimes share them)
             while True:
                 have = await converged()
                 group = await _group_ready(kcp, len(names))
@@ -308,7 +315,10 @@ async def main() -> None:
                     raise SystemExit(f"not converged within an hour: {have} of {len(names)}, group ready: {group}")
                 await asyncio.sleep(2)
             convergence = time.perf_counter() - created
-            phase(f"converged in {convergence:.0f}s ({group_target} apiservers hold the group item)")
+            group_status = (
+                (await kube.get_or_none(kcp, crds.SYNC_RESOURCE.object_path("bench", GROUP_ITEM))) or {}
+            ).get("status") or {}
+            phase(f"converged in {convergence:.0f}s (group: {group_status.get('ready')} ready)")
 
             url = f"https://127.0.0.1:{port}{wire.EVENTS_PATH}"
             connector = aiohttp.TCPConnector(limit=512, keepalive_timeout=20)
@@ -425,8 +435,12 @@ async def main() -> None:
             pids = {name: managed.pid for name, managed in procs.items() if managed.pid}
             if running.nats.pid:
                 pids["nats-server"] = running.nats.pid
+            busy = {name: usage(pid) for name, pid in pids.items()}
+            phase(f"idle for {args.idle_seconds:g}s: idle clients and connections are released")
+            await asyncio.sleep(args.idle_seconds)
             components = {name: usage(pid) for name, pid in pids.items()}
             clients = _metric(reconciler_ports, "kyma_reconciler_runtime_clients")
+            connections = _metric({"listener": listener_management}, "kyma_listener_connections")
             print(
                 json.dumps(
                     {
@@ -434,17 +448,21 @@ async def main() -> None:
                         "reconciler_replicas": args.reconcilers,
                         "setup_seconds": round(setup_seconds, 1),
                         "convergence_seconds": round(convergence, 1),
+                        "group_ready_at_convergence": group_status.get("ready"),
                         "steady_drift": steady_result,
                         "burst": burst_result,
                         "module_template_all_runtimes_seconds": round(template_seconds, 1),
                         "faults": fault_result,
                         "synced_objects_deleted_in_all": len(resets.deleted),
-                        "runtime_clients_held_at_the_end": clients,
+                        "idle_seconds": args.idle_seconds,
+                        "idle_runtime_clients_held": clients,
+                        "idle_listener_connections": connections,
                         "components": {
                             name: {
                                 "cpu_seconds": round(cpu, 1),
-                                "rss_mib": round(rss, 1),
-                                "rss_kib_per_runtime": round(rss * 1024 / len(names), 1),
+                                "busy_rss_mib": round(busy[name][1], 1),
+                                "idle_rss_mib": round(rss, 1),
+                                "idle_rss_kib_per_runtime": round(rss * 1024 / len(names), 1),
                             }
                             for name, (cpu, rss) in components.items()
                         },
@@ -470,9 +488,12 @@ async def _until(check: Callable[[], bool], *, timeout: float, interval: float =
 
 
 async def _group_ready(kcp: kube.ApiClient, runtimes: int) -> bool:
+    """The group SyncResource has made its pass over every runtime. Its one object per apiserver is shared by
+    the thousands of runtimes simulated there (in a real fleet each runtime has its own), so some runtimes
+    race to create the same object and report a conflict: its Ready count is reported, not awaited."""
     found = await kube.get_or_none(kcp, crds.SYNC_RESOURCE.object_path("bench", GROUP_ITEM))
     status = (found or {}).get("status") or {}
-    return bool(status.get("state") == "Ready" and status.get("runtimeCount") == runtimes)
+    return bool(status.get("runtimeCount") == runtimes and status.get("syncedGeneration") == 1)
 
 
 def _metric(ports: dict[str, int], name: str, labels: str = "") -> dict[str, float]:
@@ -506,4 +527,7 @@ def _summary(latencies: list[float], *, edits: int, lost: int, seconds: float) -
 
 
 if __name__ == "__main__":
+    # A SIGTERM (timeout, Ctrl-C in a pipeline) must still stop the landscape: its processes would go on using
+    # the cores the next run measures.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     asyncio.run(main())

@@ -153,6 +153,8 @@ class ConsumerSettings:
     filter_subject: str
     ack_wait_seconds: float
     max_ack_pending: int
+    inactive_threshold_seconds: float | None = None
+    """NATS deletes the durable after this long without a consumer (None: never)."""
 
 
 class Delivery:
@@ -375,6 +377,7 @@ class Bus:
                     ack_wait=settings.ack_wait_seconds,
                     max_deliver=-1,
                     max_ack_pending=settings.max_ack_pending,
+                    inactive_threshold=settings.inactive_threshold_seconds,
                 ),
             )
         except _NATS_ERRORS as exc:

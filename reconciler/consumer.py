@@ -70,6 +70,8 @@ class ConsumerSettings:
     nak_delay_max: float = 300
     backlog_report_seconds: float = 15
     """How often the durable's backlog and the stream's fill are read for the metrics."""
+    inactive_threshold_seconds: float | None = None
+    """NATS deletes the durable after this long unused (a sharded replica's: one scaled away must not hold events)."""
 
 
 class ConsumerMetrics:
@@ -279,6 +281,7 @@ async def consume(
                         filter_subject=settings.subject,
                         ack_wait_seconds=settings.ack_wait_seconds,
                         max_ack_pending=settings.max_in_flight,
+                        inactive_threshold_seconds=settings.inactive_threshold_seconds,
                     )
                 )
                 backoff.reset()

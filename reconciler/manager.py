@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 AnyController = controller.Controller[Any]
 
+_REPLICA_DURABLE_INACTIVE_SECONDS = 3600.0
+"""A sharded replica's durable unused this long is deleted by NATS: one of a replica scaled away would hold its
+events (interest retention) until the stream is full and refuses the fleet's."""
+
 
 class RuntimeInfo:
     """``kyma_reconciler_runtime_info{runtime}``: 1 for every runtime KCP has a Kyma CR of, so alerts can tell
@@ -71,12 +75,13 @@ class Manager:
             f"NATS refuses durable(s) {', '.join(sorted(refused))}: {next(iter(refused.values()))}" if refused else None
         )
 
-    def _acquired(self) -> None:
-        """Shards were acquired: every key now ours is reconciled (the queues drop the others)."""
+    def _acquired(self, shards: set[int]) -> None:
+        """Shards were acquired: their keys are reconciled from the start (the others' are not touched)."""
+        ownership = self.shared.ownership
         for each in self.controllers:
-            each.queue.add_all(each.all_keys())
+            each.queue.add_all(k for k in each.all_keys() if ownership.among(each.runtime_of(k), shards))
 
-    async def _releasing(self, grace: float) -> None:
+    async def _releasing(self, grace: float | None) -> None:
         await asyncio.gather(*(each.queue.relinquish(grace=grace) for each in self.controllers))
 
     def _durable(self, module: str) -> str:
@@ -105,6 +110,7 @@ class Manager:
                         registry=self.shared.registry,
                         acquired=self._acquired,
                         releasing=self._releasing,
+                        ready=lambda: self.readiness() is None,
                     )
                     group.create_task(shards.run(stop=stop))
                 if config.nats.servers:
@@ -120,6 +126,9 @@ class Manager:
                                     max_deliveries=config.nats.max_deliveries,
                                     ack_wait_seconds=config.nats.ack_wait_seconds,
                                     max_in_flight=config.nats.max_in_flight,
+                                    inactive_threshold_seconds=_REPLICA_DURABLE_INACTIVE_SECONDS
+                                    if config.sharding.enabled
+                                    else None,
                                 ),
                                 self.dispatch,
                                 metrics=self._consumer_metrics,
@@ -148,7 +157,10 @@ class Manager:
         if runtime is None:
             return
         version = None if change.new is None else change.new["metadata"]["resourceVersion"]
-        if self.shared.clients.invalidate(runtime, secret_version=version) or change.kind == "ADDED":
+        before = None if change.old is None else change.old["metadata"]["resourceVersion"]
+        self.shared.clients.invalidate(runtime, secret_version=version)
+        # Compared with the Secret as last seen, not with a cached client: an idle runtime has none.
+        if change.kind == "ADDED" or version != before:
             log.info("kubeconfig of runtime changed", extra={"runtime": runtime})
             self._runtime_changed(controller.RuntimeChange(runtime))
 

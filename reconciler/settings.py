@@ -187,9 +187,6 @@ class ShardingSettings(_Section):
         default=10, gt=0, description="a replica silent this long loses its shards to the others"
     )
     renew_interval_seconds: float = Field(default=2, gt=0)
-    handover_grace_seconds: float = Field(
-        default=10, ge=0, description="running reconciles of a shard handed to a new replica may finish this long"
-    )
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:

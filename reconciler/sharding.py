@@ -25,7 +25,7 @@ import dataclasses
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 ROLE_LABEL = "reconciler.kyma-project.io/lease"
 GROUP_LABEL = "reconciler.kyma-project.io/group"
 SINGLETON_SHARD = 0
+T = TypeVar("T")
 
 
 def _hash(text: str) -> int:
@@ -78,10 +79,22 @@ class Ownership:
         """A key about ``runtime``, or (None) a key about no single runtime."""
         return self.owns_singletons() if runtime is None else self.owns_runtime(runtime)
 
+    def among(self, runtime: str | None, shards: set[int]) -> bool:
+        """Whether a key about ``runtime`` (None: no single runtime) belongs to one of ``shards``."""
+        if self.shards is None:
+            return True
+        return (SINGLETON_SHARD if runtime is None else shard_of(runtime, self.shards)) in shards
 
-Acquired = Callable[[], None]
-Releasing = Callable[[float], Awaitable[None]]
-"""Stop working on what is no longer owned; running reconciles get the given seconds, then are cancelled."""
+
+Acquired = Callable[[set[int]], None]
+"""Shards were acquired: reconcile their keys from the start."""
+Releasing = Callable[[float | None], Awaitable[None]]
+"""Stop working on what is no longer owned: running reconciles get the given seconds (None: as long as they take,
+each within its reconcile timeout), then are cancelled."""
+Ready = Callable[[], bool]
+"""Whether this replica can do its part (caches synced, its durables granted): only then is it a member."""
+
+SHARDS_LABEL = "reconciler.kyma-project.io/shards"
 
 
 @dataclasses.dataclass
@@ -107,7 +120,11 @@ class ShardMetrics:
 
 
 class Shards:
-    """Keeps this replica's member Lease and the shard Leases it should hold; tells the controllers."""
+    """Keeps this replica's member Lease and the shard Leases it should hold; tells the controllers.
+
+    Renewing never waits for anything else: a shard being handed over stays held (and renewed) until its
+    running reconciles finished, and a watchdog, not the renewal loop, gives up shards whose renewal is late.
+    """
 
     def __init__(
         self,
@@ -119,6 +136,7 @@ class Shards:
         registry: CollectorRegistry,
         acquired: Acquired,
         releasing: Releasing,
+        ready: Ready = lambda: True,
     ) -> None:
         assert ownership.shards == config.shards
         self._api = api
@@ -127,15 +145,17 @@ class Shards:
         self._ownership = ownership
         self._acquired = acquired
         self._releasing = releasing
+        self._ready = ready
         self._metrics = ShardMetrics(registry)
-        labels = {GROUP_LABEL: config.lease_prefix}
+        labels = {GROUP_LABEL: config.lease_prefix, SHARDS_LABEL: str(config.shards)}
         self._member = self._lease(f"{config.lease_prefix}-member-{identity}", {**labels, ROLE_LABEL: "member"})
         self._shard_leases = [
             self._lease(f"{config.lease_prefix}-shard-{shard}", {**labels, ROLE_LABEL: "shard"})
             for shard in range(config.shards)
         ]
         self._renewed: dict[int, float] = {}
-        """Held shards: when each was last renewed (our clock)."""
+        """Held shards (draining ones too): when their last successful renewal was sent (our clock)."""
+        self._draining: dict[int, asyncio.Task[None]] = {}
         self._observed: dict[str, _Observed] = {}
 
     def _lease(self, name: str, labels: dict[str, str]) -> leases.Lease:
@@ -149,51 +169,93 @@ class Shards:
         )
 
     async def run(self, *, stop: asyncio.Event) -> None:
+        """Until ``stop``; then hand every shard over (renewing until their reconciles ended) and leave."""
+        watchdog = asyncio.create_task(self._watch_deadlines(stop))
         try:
             while not stop.is_set():
                 await self._tick()
                 await aio.sleep_unless(stop, self._config.renew_interval_seconds)
+            self._drain(sorted(set(self._renewed) - set(self._draining)))
+            while self._draining:
+                await self._tick(leaving=True)
+                await asyncio.sleep(self._config.renew_interval_seconds)
         finally:
-            await self._give_up(sorted(self._renewed), grace=self._config.handover_grace_seconds, how="released")
-            await self._member.release()
+            watchdog.cancel()
+            for task in self._draining.values():
+                task.cancel()
+            await asyncio.gather(watchdog, *self._draining.values(), return_exceptions=True)
+            await self._bounded(self._member.release(), None)
 
-    async def _tick(self) -> None:
-        listed = await self._list()
+    async def _bounded(self, call: Awaitable[T], failed: T) -> T:
+        """A Lease request may take a renew interval at most: a hung one must not hold up the others."""
+        try:
+            async with asyncio.timeout(self._config.renew_interval_seconds):
+                return await call
+        except TimeoutError:
+            log.warning("lease request timed out", extra={"identity": self.identity})
+            return failed
+
+    async def _tick(self, *, leaving: bool = False) -> None:
+        listed = await self._bounded(self._list(), None)
         if listed is None:
-            await self._drop_silent()
-            return
-        await self._member.take(listed.get(self._member.name))
-        # Every lease is looked at every tick: its silence is timed from the first tick it stopped changing.
+            return  # the watchdog gives shards up if this lasts
         holders = {name: self._holder(name, lease) for name, lease in listed.items()}
-        members = {self.identity} | {
-            holder
-            for name, lease in listed.items()
-            if (lease["metadata"].get("labels") or {}).get(ROLE_LABEL) == "member"
-            and (holder := holders[name]) is not None
-        }
-        self._metrics.members.set(len(members))
-        desired = placement(self._config.shards, members)
-        giving_away = [s for s in sorted(self._renewed) if desired[s] != self.identity]
-        if giving_away:
-            await self._give_up(giving_away, grace=self._config.handover_grace_seconds, how="released")
-        gained = False
+        for shard in sorted(self._renewed):  # taken over meanwhile: ours no longer, whatever placement says
+            holder = (listed.get(self._shard_leases[shard].name) or {}).get("spec", {}).get("holderIdentity")
+            if holder != self.identity:
+                log.warning("shard held by another replica", extra={"shard": shard, "holder": holder})
+                await self._lose([shard])
+        members = self._members(listed, holders)
+        able = not leaving and self._ready() and members is not None
+        if able:
+            await self._bounded(self._member.take(listed.get(self._member.name)), False)
+        elif self._member.name in listed and holders[self._member.name] == self.identity:
+            await self._bounded(self._member.release(), None)
+        desired = placement(self._config.shards, members or set()) if able else {}
+        self._drain([s for s in sorted(self._renewed) if desired.get(s) != self.identity and s not in self._draining])
+        for shard in sorted(self._renewed):
+            lease = self._shard_leases[shard]
+            sent = asyncio.get_running_loop().time()  # before the write: the earliest a peer may time us from
+            renewed = await self._bounded(lease.take(listed.get(lease.name)), False)
+            # Given up meanwhile (handed over, lost): a late answer must not make it held again.
+            if renewed and shard in self._renewed:
+                self._renewed[shard] = max(self._renewed[shard], sent)
+        gained = set()
         for shard, lease in enumerate(self._shard_leases):
             current = listed.get(lease.name)
-            if shard in self._renewed:
-                await self._renew(shard, lease, current)
+            if shard in self._renewed or desired.get(shard) != self.identity:
                 continue
-            # Held under our own name: a previous run of this replica (a StatefulSet runs one pod per name).
-            free = current is None or holders[lease.name] in (None, self.identity)
-            if desired[shard] == self.identity and free and await lease.take(current):
+            if current is not None and holders[lease.name] is not None:
+                continue  # held (even under our name: a previous process of it, until it expires)
+            sent = asyncio.get_running_loop().time()
+            if await self._bounded(lease.take(current), False):
                 log.info("shard acquired", extra={"shard": shard, "identity": self.identity})
-                self._renewed[shard] = asyncio.get_running_loop().time()
+                self._renewed[shard] = sent
                 self._ownership.held.add(shard)
                 self._metrics.handovers.labels("acquired").inc()
-                gained = True
-        await self._drop_silent()
+                gained.add(shard)
         self._metrics.held.set(len(self._renewed))
         if gained:
-            self._acquired()
+            self._acquired(gained)
+
+    def _members(self, listed: dict[str, dict[str, Any]], holders: dict[str, str | None]) -> set[str] | None:
+        """The live members and this replica; None while a live member counts shards differently (a rolling
+        update changing ``shards``: a runtime would have an owner under each count, so nobody takes any)."""
+        members = {self.identity}
+        for name, lease in listed.items():
+            labels = lease["metadata"].get("labels") or {}
+            holder = holders[name]
+            if labels.get(ROLE_LABEL) != "member" or holder is None:
+                continue
+            if labels.get(SHARDS_LABEL) != str(self._config.shards):
+                log.error(
+                    "a live replica counts shards differently: holding none until all agree",
+                    extra={"replica": holder, "its_shards": labels.get(SHARDS_LABEL), "ours": self._config.shards},
+                )
+                return None
+            members.add(holder)
+        self._metrics.members.set(len(members))
+        return members
 
     async def _list(self) -> dict[str, dict[str, Any]] | None:
         try:
@@ -221,38 +283,41 @@ class Shards:
             return None
         return str(holder)
 
-    async def _renew(self, shard: int, lease: leases.Lease, current: dict[str, Any] | None) -> None:
-        holder = (current or {}).get("spec", {}).get("holderIdentity")
-        if current is not None and holder not in (None, "", self.identity):
-            log.warning("shard taken by another replica", extra={"shard": shard, "holder": holder})
-            await self._give_up([shard], grace=0, how="lost")
-            return
-        if await lease.take(current):
-            self._renewed[shard] = asyncio.get_running_loop().time()
-
-    async def _drop_silent(self) -> None:
-        """Shards not renewed for nearly a lease duration are given up now, before anyone may take them."""
+    async def _watch_deadlines(self, stop: asyncio.Event) -> None:
+        """Shards not renewed for nearly a lease duration are given up at once, before anyone may take them."""
         deadline = self._config.lease_duration_seconds - self._config.renew_interval_seconds
-        now = asyncio.get_running_loop().time()
-        silent = [shard for shard, renewed in self._renewed.items() if now - renewed > deadline]
-        if silent:
-            log.warning("shard leases not renewed in time, giving them up", extra={"shards": silent})
-            for shard in silent:
-                self._ownership.held.discard(shard)
-                del self._renewed[shard]
-                self._metrics.handovers.labels("lost").inc()
-            await self._releasing(0)
+        while True:
+            await asyncio.sleep(self._config.renew_interval_seconds / 4)
+            now = asyncio.get_running_loop().time()
+            late = [shard for shard, renewed in self._renewed.items() if now - renewed > deadline]
+            if late:
+                log.warning("shard leases not renewed in time, giving them up", extra={"shards": late})
+                await self._lose(late)
 
-    async def _give_up(self, shards: list[int], *, grace: float, how: str) -> None:
-        if not shards:
-            return
+    async def _lose(self, shards: list[int]) -> None:
+        """Shards another replica may hold already: their running reconciles are cancelled now, nothing released."""
         for shard in shards:
             self._ownership.held.discard(shard)
-        await self._releasing(grace)
-        for shard in shards:
             self._renewed.pop(shard, None)
-            if how == "released":
-                await self._shard_leases[shard].release()
-            self._metrics.handovers.labels(how).inc()
-        log.info("shards given up", extra={"shards": shards, "how": how, "identity": self.identity})
+            draining = self._draining.pop(shard, None)
+            if draining is not None:
+                draining.cancel()
+            self._metrics.handovers.labels("lost").inc()
+        self._metrics.held.set(len(self._renewed))
+        await self._releasing(0)
+
+    def _drain(self, shards: list[int]) -> None:
+        """Hand shards over: no new work on them now; their leases are released (and renewed until then) once
+        their running reconciles have ended."""
+        for shard in shards:
+            self._ownership.held.discard(shard)
+            self._draining[shard] = asyncio.create_task(self._release_when_drained(shard))
+
+    async def _release_when_drained(self, shard: int) -> None:
+        await self._releasing(None)
+        if self._renewed.pop(shard, None) is not None:
+            await self._bounded(self._shard_leases[shard].release(), None)
+            self._metrics.handovers.labels("released").inc()
+            log.info("shard handed over", extra={"shard": shard, "identity": self.identity})
+        self._draining.pop(shard, None)
         self._metrics.held.set(len(self._renewed))

@@ -216,15 +216,16 @@ class WorkQueue(Generic[K]):
         _answer(self._waiters.pop(key, []), _NOT_OURS)
         self._depth.set(len(self._ready))
 
-    async def relinquish(self, *, grace: float) -> None:
-        """Drop every key no longer admitted; wait up to ``grace`` seconds for their running reconciles, then
-        cancel them (another replica is about to own them: two must never write at once)."""
+    async def relinquish(self, *, grace: float | None) -> None:
+        """Drop every key no longer admitted; wait up to ``grace`` seconds (None: until they end, each within the
+        reconcile timeout) for their running reconciles, then cancel them (another replica is about to own them:
+        two must never write at once)."""
         for key in [k for k in (*self._ready, *self._timers, *self._waiters) if not self._admits(k)]:
             self._forget(key)
         running = [task for key, task in self._reconciling.items() if not self._admits(key)]
         if not running:
             return
-        _, late = await asyncio.wait(running, timeout=grace) if grace > 0 else (set(), set(running))
+        _, late = await asyncio.wait(running, timeout=grace) if grace != 0 else (set(), set(running))
         for task in late:
             task.cancel()
         if late:

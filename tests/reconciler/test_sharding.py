@@ -6,6 +6,7 @@ import functools
 import hashlib
 import json
 import sys
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -14,12 +15,13 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from clients import kube, leases
 from devenv import landscape as landscape_mod
 from devenv import net, process
-from reconciler import sharding
+from reconciler import settings, sharding
 
 from ..waiting import eventually
 from .conftest import Kcp, delete_durables
@@ -228,3 +230,125 @@ def _synced_configmaps(kcp: Kcp) -> list[dict[str, Any]]:
             "module": "kyma-sync",
         }
     ]
+
+
+class FreezableProxy:
+    """A TCP relay to KCP that can stop passing bytes: a replica cut off from KCP, its requests hanging."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self._upstream = upstream
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._relay, net.LOOPBACK, 0)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+                while data := await source.read(65536):
+                    await self.flowing.wait()
+                    sink.write(data)
+                    await sink.drain()
+            sink.close()
+
+        for task in (asyncio.create_task(pipe(reader, up_writer)), asyncio.create_task(pipe(up_reader, writer))):
+            self._pipes.add(task)
+            task.add_done_callback(self._pipes.discard)
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._pipes):
+            task.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+        await self._server.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def _replica(
+    api: kube.ApiClient, config: Any, identity: str, overlaps: list[str], others: list[sharding.Ownership], **kw: Any
+) -> AsyncIterator[tuple[sharding.Ownership, "asyncio.Task[None]"]]:
+    """A replica's shard keeping alone (the controllers are the manager's business): on every acquisition it
+    notes any shard another replica still holds — the overlap that must never happen."""
+    ownership = sharding.Ownership(config.shards)
+
+    def acquired(gained: set[int]) -> None:
+        overlaps.extend(
+            f"{identity} took {s} still held elsewhere" for o in others if o is not ownership for s in gained & o.held
+        )
+
+    async def releasing(grace: float | None) -> None:
+        return None
+
+    shards = sharding.Shards(
+        api,
+        config.model_copy(update={"identity": identity}),
+        identity=identity,
+        ownership=ownership,
+        registry=CollectorRegistry(),
+        acquired=acquired,
+        releasing=releasing,
+        **kw,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(shards.run(stop=stop))
+    others.append(ownership)
+    try:
+        yield ownership, task
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(task, 20)
+
+
+@pytest.mark.integration
+async def test_a_holder_cut_off_from_kcp_gives_its_shards_up_before_another_takes_them(
+    landscape: landscape_mod.Landscape, kcp: Kcp
+) -> None:
+    """Replica a reaches KCP through a relay that then stops passing bytes (its requests hang, nothing fails
+    fast); b takes every shard over, and never one a still holds. A replica that is not ready holds nothing
+    until it is. Back in touch, a is handed shards again, again never one b still holds."""
+    config = settings.ShardingSettings(
+        enabled=True,
+        shards=SHARDS,
+        namespace=kcp.namespace,
+        lease_prefix=f"p{uuid.uuid4().hex[:6]}",
+        lease_duration_seconds=4,
+        renew_interval_seconds=1,
+    )
+    kubeconfig = landscape.kcp.admin_kubeconfig()
+    server = urllib.parse.urlsplit(kubeconfig["clusters"][0]["cluster"]["server"])
+    proxy = FreezableProxy((server.hostname or net.LOOPBACK, server.port or 443))
+    port = await proxy.start()
+    kubeconfig["clusters"][0]["cluster"]["server"] = f"https://{net.LOOPBACK}:{port}"
+    overlaps: list[str] = []
+    owners: list[sharding.Ownership] = []
+    ready = False
+    try:
+        async with (
+            await kube.api_client(kubeconfig) as relayed,
+            _replica(relayed, config, "a", overlaps, owners) as (a, _),
+            _replica(kcp.api, config, "b", overlaps, owners) as (b, _),
+            _replica(kcp.api, config, "c", overlaps, owners, ready=lambda: ready) as (c, _),
+        ):
+            await eventually(lambda: len(a.held) + len(b.held) == SHARDS and bool(a.held and b.held), what="shared")
+            assert not c.held, "an unready replica holds nothing"
+            proxy.flowing.clear()
+            cut_at = asyncio.get_running_loop().time()
+            await eventually(lambda: len(b.held) == SHARDS, timeout=30, what="b holding every shard")
+            print(f"b held every shard {asyncio.get_running_loop().time() - cut_at:.1f}s after a was cut off")
+            assert not a.held
+            proxy.flowing.set()
+            ready = True
+            await eventually(lambda: bool(a.held and c.held), timeout=30, what="a back, c ready: both handed shards")
+            await eventually(lambda: len(a.held) + len(b.held) + len(c.held) == SHARDS, what="each shard once")
+    finally:
+        proxy.flowing.set()
+        await proxy.stop()
+    assert overlaps == []
