@@ -27,7 +27,6 @@ import asyncio
 import datetime
 import json
 import random
-import signal
 import ssl
 import statistics
 import sys
@@ -527,7 +526,4 @@ def _summary(latencies: list[float], *, edits: int, lost: int, seconds: float) -
 
 
 if __name__ == "__main__":
-    # A SIGTERM (timeout, Ctrl-C in a pipeline) must still stop the landscape: its processes would go on using
-    # the cores the next run measures.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     asyncio.run(main())
