@@ -44,7 +44,7 @@ async def _stream_leader(connection: bus.Bus) -> str:
 async def test_a_server_killed_mid_run_loses_no_event_of_an_r3_stream(cluster: nats_mod.NatsCluster) -> None:
     """The listener's client publishes 600 events (each retried with its message id until JetStream acks it, as the
     watcher retries a 503); the reconciler's consumer loop takes them. After 200, the server leading the stream is
-    SIGKILLed: every acked event is consumed, none twice."""
+    SIGKILLed: every acked event is consumed (some possibly twice: at least once)."""
     received: list[str] = []
 
     async def handle(event: events.ChangeEvent) -> workqueue.Result:
@@ -112,4 +112,5 @@ async def test_a_server_killed_mid_run_loses_no_event_of_an_r3_stream(cluster: n
     )
     assert new_leader != leader
     assert sorted(set(received)) == sorted(published), "nothing lost"
-    assert len(received) == len(published), "nothing consumed twice (every ack reached a live replica)"
+    # At least once, not exactly once: an ack on its way to the killed leader is lost and the event delivered
+    # again (the reconcilers are idempotent). Seen: 0 to 2 of 600.
