@@ -241,6 +241,7 @@ class FreezableProxy:
         self.flowing.set()
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
+        self._writers: list[asyncio.StreamWriter] = []
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(self._relay, net.LOOPBACK, 0)
@@ -248,6 +249,7 @@ class FreezableProxy:
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+        self._writers += [writer, up_writer]
 
         async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
@@ -255,18 +257,23 @@ class FreezableProxy:
                     await self.flowing.wait()
                     sink.write(data)
                     await sink.drain()
-            sink.close()
 
         for task in (asyncio.create_task(pipe(reader, up_writer)), asyncio.create_task(pipe(up_reader, writer))):
             self._pipes.add(task)
             task.add_done_callback(self._pipes.discard)
 
     async def stop(self) -> None:
+        """Every relayed connection closed, both ends, before the test's loop ends (no socket left to the GC)."""
         assert self._server is not None
         self._server.close()
         for task in list(self._pipes):
             task.cancel()
         await asyncio.gather(*self._pipes, return_exceptions=True)
+        for writer in self._writers:
+            writer.close()
+        for writer in self._writers:
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
         await self._server.wait_closed()
 
 
