@@ -28,13 +28,6 @@ def micro_time(moment: datetime.datetime) -> str:
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def holder(lease: dict[str, Any]) -> str | None:
-    """Who holds ``lease`` now: None when it was released or has expired."""
-    spec = lease.get("spec") or {}
-    who = spec.get("holderIdentity")
-    return str(who) if who and not expired(spec) else None
-
-
 def expired(spec: dict[str, Any]) -> bool:
     renewed = spec.get("renewTime")
     if renewed is None:
@@ -125,16 +118,13 @@ class Lease:
         """True when renewed, False when it failed for now, None when someone else holds it."""
         try:
             lease = await kube.get_or_none(self.api, self.path)
-            self.reachable = True
-            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
-                return None
-            lease["spec"]["renewTime"] = micro_time(now())
-            await kube.request(self.api, "PUT", self.path, body=lease)
-            return True
         except kube.KubeError as exc:
-            self.reachable = not isinstance(exc, kube.UnreachableError)
-            log.warning("lease renewal failed", extra={"lease": self.name, "error": repr(exc)})
+            self._failed(exc)
             return False
+        self.reachable = True
+        if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+            return None
+        return await self.take(lease)
 
     async def release(self) -> None:
         """Give the lease up at once (client-go's release: no holder); a failure leaves it to expire."""

@@ -65,19 +65,9 @@ class Ownership:
         self.shards = shards
         self.held: set[int] = set()
 
-    @property
-    def sharded(self) -> bool:
-        return self.shards is not None
-
-    def owns_runtime(self, runtime: str) -> bool:
-        return self.shards is None or shard_of(runtime, self.shards) in self.held
-
-    def owns_singletons(self) -> bool:
-        return self.shards is None or SINGLETON_SHARD in self.held
-
     def owns(self, runtime: str | None) -> bool:
         """A key about ``runtime``, or (None) a key about no single runtime."""
-        return self.owns_singletons() if runtime is None else self.owns_runtime(runtime)
+        return self.among(runtime, self.held)
 
     def among(self, runtime: str | None, shards: set[int]) -> bool:
         """Whether a key about ``runtime`` (None: no single runtime) belongs to one of ``shards``."""

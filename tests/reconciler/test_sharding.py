@@ -114,7 +114,8 @@ async def _configmap(kcp: Kcp, runtime: str, name: str) -> dict[str, Any]:
 
 async def _holder(kcp: Kcp, prefix: str, shard: int) -> str | None:
     lease = await kube.get_or_none(kcp.api, leases.LEASES.object_path(kcp.namespace, f"{prefix}-shard-{shard}"))
-    return None if lease is None else leases.holder(lease)
+    spec = (lease or {}).get("spec") or {}
+    return str(spec["holderIdentity"]) if spec.get("holderIdentity") and not leases.expired(spec) else None
 
 
 @pytest.mark.integration
