@@ -170,6 +170,12 @@ async def api_client(kubeconfig: dict[str, Any], *, connections: int = _DEFAULT_
     return client.ApiClient(configuration=configuration)
 
 
+def client_like(api: ApiClient) -> ApiClient:
+    """A client with ``api``'s configuration for the running event loop (an aiohttp session serves only the loop
+    it was made on); the caller closes it."""
+    return client.ApiClient(configuration=api.configuration)
+
+
 async def client_from(kubeconfig: Path | None, *, connections: int = _DEFAULT_CONNECTIONS) -> ApiClient:
     """A client from a kubeconfig file, or from the pod's service account when none is given."""
     if kubeconfig is not None:

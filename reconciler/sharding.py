@@ -21,10 +21,11 @@ covered. A killed replica's shards are taken over after the lease duration.
 """
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Set
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -63,13 +64,20 @@ class Ownership:
 
     def __init__(self, shards: int | None = None) -> None:
         self.shards = shards
-        self.held: set[int] = set()
+        self.held: frozenset[int] = frozenset()
+        """Written by the lease thread, read on the controllers' loop: replaced, never changed in place."""
+
+    def hold(self, shard: int) -> None:
+        self.held = self.held | {shard}
+
+    def drop(self, shard: int) -> None:
+        self.held = self.held - {shard}
 
     def owns(self, runtime: str | None) -> bool:
         """A key about ``runtime``, or (None) a key about no single runtime."""
         return self.among(runtime, self.held)
 
-    def among(self, runtime: str | None, shards: set[int]) -> bool:
+    def among(self, runtime: str | None, shards: Set[int]) -> bool:
         """Whether a key about ``runtime`` (None: no single runtime) belongs to one of ``shards``."""
         if self.shards is None:
             return True
@@ -78,7 +86,7 @@ class Ownership:
 
 Acquired = Callable[[set[int]], None]
 """Shards were acquired: reconcile their keys from the start."""
-Releasing = Callable[[float | None], Awaitable[None]]
+Releasing = Callable[[float | None], Coroutine[Any, Any, None]]
 """Stop working on what is no longer owned: running reconciles get the given seconds (None: as long as they take,
 each within its reconcile timeout), then are cancelled."""
 Ready = Callable[[], bool]
@@ -112,13 +120,15 @@ class ShardMetrics:
 class Shards:
     """Keeps this replica's member Lease and the shard Leases it should hold; tells the controllers.
 
-    Renewing never waits for anything else: a shard being handed over stays held (and renewed) until its
-    running reconciles finished, and a watchdog, not the renewal loop, gives up shards whose renewal is late.
+    The leases are kept on a thread and event loop of their own, with a KCP client of their own: a controllers'
+    loop busy for seconds (a relist of thousands of objects, a burst of reconciles) delays work, not the renewals
+    that keep this replica's shards — on one loop, at 10,000 runtimes, every shard was given up and re-acquired
+    over and over. The controllers' loop only mirrors readiness to the thread and hears from it.
     """
 
     def __init__(
         self,
-        api: kube.ApiClient,
+        kcp: kube.ApiClient,
         config: settings_mod.ShardingSettings,
         *,
         identity: str,
@@ -129,6 +139,89 @@ class Shards:
         ready: Ready = lambda: True,
     ) -> None:
         assert ownership.shards == config.shards
+        self._kcp = kcp
+        self._config = config
+        self.identity = identity
+        self._ownership = ownership
+        self._metrics = ShardMetrics(registry)
+        self._acquired = acquired
+        self._releasing = releasing
+        self._ready = ready
+        self._ready_now = False
+        """``ready()`` as last seen on the controllers' loop (it reads that loop's state, so it is called there)."""
+
+    async def run(self, *, stop: asyncio.Event) -> None:
+        """Until ``stop`` (or cancelled); then every shard is handed over (renewed until its reconciles ended)."""
+        controllers = asyncio.get_running_loop()
+        own: concurrent.futures.Future[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = concurrent.futures.Future()
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shard-leases")
+        mirror = asyncio.create_task(self._mirror_readiness())
+        keeping = controllers.run_in_executor(pool, asyncio.run, self._keep(controllers, own))
+        stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([stopped, keeping], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not keeping.done():
+                loop, leaving = await asyncio.wrap_future(own)
+                loop.call_soon_threadsafe(leaving.set)
+            try:
+                await keeping
+            finally:
+                mirror.cancel()
+                pool.shutdown(wait=False)
+
+    async def _mirror_readiness(self) -> None:
+        while True:
+            self._ready_now = self._ready()
+            await asyncio.sleep(self._config.renew_interval_seconds / 4)
+
+    async def _keep(
+        self,
+        controllers: asyncio.AbstractEventLoop,
+        own: "concurrent.futures.Future[tuple[asyncio.AbstractEventLoop, asyncio.Event]]",
+    ) -> None:
+        """On the lease thread, until ``leaving`` is set from the controllers' loop."""
+        leaving = asyncio.Event()
+        own.set_result((asyncio.get_running_loop(), leaving))
+
+        async def releasing(grace: float | None) -> None:
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._releasing(grace), controllers))
+
+        def acquired(gained: set[int]) -> None:
+            controllers.call_soon_threadsafe(self._acquired, gained)
+
+        async with kube.client_like(self._kcp) as api:
+            keeper = _LeaseKeeper(
+                api,
+                self._config,
+                identity=self.identity,
+                ownership=self._ownership,
+                metrics=self._metrics,
+                acquired=acquired,
+                releasing=releasing,
+                ready=lambda: self._ready_now,
+            )
+            await keeper.run(stop=leaving)
+
+
+class _LeaseKeeper:
+    """The leases, on the loop it runs on. Renewing never waits for anything else: a shard being handed over stays
+    held (and renewed) until its running reconciles finished, and a watchdog, not the renewal loop, gives up shards
+    whose renewal is late."""
+
+    def __init__(
+        self,
+        api: kube.ApiClient,
+        config: settings_mod.ShardingSettings,
+        *,
+        identity: str,
+        ownership: Ownership,
+        metrics: ShardMetrics,
+        acquired: Acquired,
+        releasing: Releasing,
+        ready: Ready,
+    ) -> None:
         self._api = api
         self._config = config
         self.identity = identity
@@ -136,7 +229,7 @@ class Shards:
         self._acquired = acquired
         self._releasing = releasing
         self._ready = ready
-        self._metrics = ShardMetrics(registry)
+        self._metrics = metrics
         labels = {GROUP_LABEL: config.lease_prefix, SHARDS_LABEL: str(config.shards)}
         self._member = self._lease(f"{config.lease_prefix}-member-{identity}", {**labels, ROLE_LABEL: "member"})
         self._shard_leases = [
@@ -147,6 +240,7 @@ class Shards:
         """Held shards (draining ones too): when their last successful renewal was sent (our clock)."""
         self._draining: dict[int, asyncio.Task[None]] = {}
         self._observed: dict[str, _Observed] = {}
+        self._cancelling: set[asyncio.Task[None]] = set()
 
     def _lease(self, name: str, labels: dict[str, str]) -> leases.Lease:
         return leases.Lease(
@@ -194,7 +288,7 @@ class Shards:
             holder = (listed.get(self._shard_leases[shard].name) or {}).get("spec", {}).get("holderIdentity")
             if holder != self.identity:
                 log.warning("shard held by another replica", extra={"shard": shard, "holder": holder})
-                await self._lose([shard])
+                self._lose([shard])
         members = self._members(listed, holders)
         able = not leaving and self._ready() and members is not None
         if able:
@@ -221,7 +315,7 @@ class Shards:
             if await self._bounded(lease.take(current), False):
                 log.info("shard acquired", extra={"shard": shard, "identity": self.identity})
                 self._renewed[shard] = sent
-                self._ownership.held.add(shard)
+                self._ownership.hold(shard)
                 self._metrics.handovers.labels("acquired").inc()
                 gained.add(shard)
         self._metrics.held.set(len(self._renewed))
@@ -282,25 +376,28 @@ class Shards:
             late = [shard for shard, renewed in self._renewed.items() if now - renewed > deadline]
             if late:
                 log.warning("shard leases not renewed in time, giving them up", extra={"shards": late})
-                await self._lose(late)
+                self._lose(late)
 
-    async def _lose(self, shards: list[int]) -> None:
+    def _lose(self, shards: list[int]) -> None:
         """Shards another replica may hold already: their running reconciles are cancelled now, nothing released."""
         for shard in shards:
-            self._ownership.held.discard(shard)
+            self._ownership.drop(shard)
             self._renewed.pop(shard, None)
             draining = self._draining.pop(shard, None)
             if draining is not None:
                 draining.cancel()
             self._metrics.handovers.labels("lost").inc()
         self._metrics.held.set(len(self._renewed))
-        await self._releasing(0)
+        # Not waited for: a busy controllers' loop must not hold up the renewals of the other shards.
+        cancelling = asyncio.create_task(self._releasing(0))
+        self._cancelling.add(cancelling)
+        cancelling.add_done_callback(self._cancelling.discard)
 
     def _drain(self, shards: list[int]) -> None:
         """Hand shards over: no new work on them now; their leases are released (and renewed until then) once
         their running reconciles have ended."""
         for shard in shards:
-            self._ownership.held.discard(shard)
+            self._ownership.drop(shard)
             self._draining[shard] = asyncio.create_task(self._release_when_drained(shard))
 
     async def _release_when_drained(self, shard: int) -> None:

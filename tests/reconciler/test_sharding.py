@@ -6,6 +6,7 @@ import functools
 import hashlib
 import json
 import sys
+import time
 import urllib.parse
 import urllib.request
 import uuid
@@ -47,7 +48,7 @@ def test_a_runtime_keeps_its_shard_across_processes_and_versions() -> None:
     assert sharding.shard_of("skr-1", 16) == int.from_bytes(hashlib.sha256(b"skr-1").digest()[:8]) % 16
     ownership = sharding.Ownership(16)
     assert not ownership.owns("skr-1") and not ownership.owns(None)
-    ownership.held.add(sharding.shard_of("skr-1", 16))
+    ownership.hold(sharding.shard_of("skr-1", 16))
     assert ownership.owns("skr-1") and ownership.owns(None) == (sharding.SINGLETON_SHARD in ownership.held)
     assert sharding.Ownership().owns("anything") and sharding.Ownership().owns(None)
 
@@ -280,7 +281,13 @@ class FreezableProxy:
 
 @contextlib.asynccontextmanager
 async def _replica(
-    api: kube.ApiClient, config: Any, identity: str, overlaps: list[str], others: list[sharding.Ownership], **kw: Any
+    api: kube.ApiClient,
+    config: Any,
+    identity: str,
+    overlaps: list[str],
+    others: list[sharding.Ownership],
+    registry: CollectorRegistry | None = None,
+    **kw: Any,
 ) -> AsyncIterator[tuple[sharding.Ownership, "asyncio.Task[None]"]]:
     """A replica's shard keeping alone (the controllers are the manager's business): on every acquisition it
     notes any shard another replica still holds — the overlap that must never happen."""
@@ -299,7 +306,7 @@ async def _replica(
         config.model_copy(update={"identity": identity}),
         identity=identity,
         ownership=ownership,
-        registry=CollectorRegistry(),
+        registry=registry or CollectorRegistry(),
         acquired=acquired,
         releasing=releasing,
         **kw,
@@ -359,4 +366,37 @@ async def test_a_holder_cut_off_from_kcp_gives_its_shards_up_before_another_take
     finally:
         proxy.flowing.set()
         await proxy.stop()
+    assert overlaps == []
+
+
+@pytest.mark.integration
+async def test_a_replica_whose_loop_is_busy_for_longer_than_a_lease_keeps_its_shards(
+    landscape: landscape_mod.Landscape, kcp: Kcp
+) -> None:
+    """The controllers' loop blocked for twice the lease duration (at 10,000 runtimes a relist or a burst of
+    reconciles did that): the shard leases are renewed meanwhile from their own thread, so no replica gives a
+    shard up or takes another's — the work waits, the membership does not."""
+    config = settings.ShardingSettings(
+        enabled=True,
+        shards=SHARDS,
+        namespace=kcp.namespace,
+        lease_prefix=f"p{uuid.uuid4().hex[:6]}",
+        lease_duration_seconds=3,
+        renew_interval_seconds=0.5,
+    )
+    overlaps: list[str] = []
+    owners: list[sharding.Ownership] = []
+    registries = [CollectorRegistry(), CollectorRegistry()]
+    async with (
+        _replica(kcp.api, config, "a", overlaps, owners, registries[0]) as (a, _),
+        _replica(kcp.api, config, "b", overlaps, owners, registries[1]) as (b, _),
+    ):
+        placed = sharding.placement(SHARDS, ["a", "b"])
+        before = tuple(frozenset(s for s, holder in placed.items() if holder == name) for name in "ab")
+        await eventually(lambda: (a.held, b.held) == before, timeout=30, what="each holding its placed shards")
+        time.sleep(config.lease_duration_seconds * 2)  # noqa: ASYNC251 -- the busy loop is the point
+        await asyncio.sleep(config.renew_interval_seconds * 2)  # a watchdog that saw its renewals late fires now
+        lost = [r.get_sample_value("kyma_reconciler_shard_handovers_total", {"how": "lost"}) or 0 for r in registries]
+        assert lost == [0, 0], "no shard given up for late renewals"
+        assert (a.held, b.held) == before
     assert overlaps == []
