@@ -101,7 +101,7 @@ class Controller(abc.ABC, Generic[K]):
                 await self.queue.run(stop=stop, grace=0)  # stopped before starting: answer whoever waits
                 return
             log.info("caches synced, reconciling", extra={"controller": self.name})
-            self.queue.add_all(self.all_keys())
+            self.queue.add_all(self.all_keys(), background=True)
             group.create_task(self.queue.run(stop=stop, grace=grace))
             group.create_task(self._resync(stop=stop))
 
@@ -114,7 +114,7 @@ class Controller(abc.ABC, Generic[K]):
 
     async def _resync(self, *, stop: asyncio.Event) -> None:
         while not await aio.sleep_unless(stop, self._resync_seconds):
-            self.queue.add_all(self.all_keys(), spread=self._resync_seconds / 10)
+            self.queue.add_all(self.all_keys(), spread=self._resync_seconds / 10, background=True)
 
     def runtime_changed(self, change: RuntimeChange) -> None:
         self.queue.add_all(self.keys_for_runtime(change))

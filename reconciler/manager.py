@@ -76,10 +76,13 @@ class Manager:
         )
 
     def _acquired(self, shards: set[int]) -> None:
-        """Shards were acquired: their keys are reconciled from the start (the others' are not touched)."""
+        """Shards were acquired: their keys are reconciled from the start (the others' are not touched), behind
+        whatever changes and events ask for meanwhile."""
         ownership = self.shared.ownership
         for each in self.controllers:
-            each.queue.add_all(k for k in each.all_keys() if ownership.among(each.runtime_of(k), shards))
+            each.queue.add_all(
+                (k for k in each.all_keys() if ownership.among(each.runtime_of(k), shards)), background=True
+            )
 
     async def _releasing(self, grace: float | None) -> None:
         await asyncio.gather(*(each.queue.relinquish(grace=grace) for each in self.controllers))

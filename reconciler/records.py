@@ -24,8 +24,8 @@ import dataclasses
 import hashlib
 import json
 import logging
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Set
+from typing import Any, TypeVar
 
 from clients import kube
 from contract import wire
@@ -116,14 +116,21 @@ class RecordStore:
     def __init__(self, kcp: kube.ApiClient) -> None:
         self._kcp = kcp
 
-    async def load(self, resource: dict[str, Any]) -> Loaded:
+    async def load(self, resource: dict[str, Any], *, runtime: str | None = None) -> Loaded:
+        """Every shard (``runtime``: only that runtime's shard, read by name — a pass over one runtime of a group
+        over thousands must not read them all)."""
         metadata = resource["metadata"]
-        listing, _ = await kube.list_objects(
-            self._kcp,
-            crds.SYNC_RECORD,
-            namespace=metadata["namespace"],
-            label_selector=f"{wire.RECORDS_OF_LABEL}={metadata['uid']}",
-        )
+        if runtime is None:
+            listing, _ = await kube.list_objects(
+                self._kcp,
+                crds.SYNC_RECORD,
+                namespace=metadata["namespace"],
+                label_selector=f"{wire.RECORDS_OF_LABEL}={metadata['uid']}",
+            )
+        else:
+            name = record_name(metadata["name"], metadata["uid"], shard_of(runtime))
+            found = await kube.get_or_none(self._kcp, crds.SYNC_RECORD.object_path(metadata["namespace"], name))
+            listing = [found] if found is not None else []
         shards: dict[int, dict[str, Any]] = {}
         records: list[model.AppliedRef] = []
         states: States = {}
@@ -158,9 +165,17 @@ class RecordStore:
         records: Iterable[model.AppliedRef],
         states: States | None = None,
         errors: dict[str, str] | None = None,
-    ) -> None:
+        *,
+        visited: Set[str],
+    ) -> int:
         """Write every shard whose records or states changed, drop those left empty; RecordsError if any could not be.
+        The number of records stored after (another pass's included).
 
+        ``visited``: the runtimes this pass reconciled. Every write is conditional on the shard as loaded; when
+        another pass wrote it meanwhile (another replica, a pass over one runtime beside one over all), the shard
+        is merged three ways and written again: this pass's records, states and errors for the runtimes it
+        visited, plus records the other added there meanwhile (a forgotten record is an object never released;
+        one too many only costs a release that finds nothing), and the other's for every runtime else.
         Every shard is tried even when one fails, so one refused write does not cost the others' records.
         """
         wanted = by_shard(records)
@@ -171,68 +186,148 @@ class RecordStore:
         for runtime, message in (errors or {}).items():
             errors_by_shard.setdefault(shard_of(runtime), {})[runtime] = message[:_STORED_MESSAGE]
         failures: list[str] = []
-        for shard in sorted(set(wanted) | set(states_by_shard) | set(errors_by_shard)):
-            entries = wanted.get(shard, [])
-            seen = {"states": _dump_states(states_by_shard.get(shard, {})), "errors": errors_by_shard.get(shard, {})}
-            current = loaded.shards.get(shard)
-            spec = (current or {}).get("spec") or {}
-            if current is not None and (spec.get("applied"), spec.get("states"), spec.get("errors") or {}) == (
-                _dump(entries),
-                seen["states"],
-                seen["errors"],
-            ):
-                continue
+        stored = 0
+        for shard in sorted(set(wanted) | set(states_by_shard) | set(errors_by_shard) | set(loaded.shards)):
+            ours = Content(
+                _dump(wanted.get(shard, [])),
+                _dump_states(states_by_shard.get(shard, {})),
+                errors_by_shard.get(shard, {}),
+            )
             try:
-                await self._write(resource, shard, entries, seen)
+                stored += await self._settle(resource, shard, loaded.shards.get(shard), ours, visited)
             except (kube.KubeError, RecordsError) as exc:
                 failures.append(f"shard {shard}: {exc}")
-        for shard, current in loaded.shards.items():
-            if shard not in wanted and shard not in states_by_shard and shard not in errors_by_shard:
-                try:
-                    await self._drop(current)
-                except kube.KubeError as exc:
-                    failures.append(f"shard {shard}: {exc}")
         if failures:
             raise RecordsError(f"records not saved: {'; '.join(failures[:3])}")
+        return stored
 
-    async def _write(
-        self, resource: dict[str, Any], shard: int, entries: list[model.AppliedRef], seen: dict[str, Any]
-    ) -> None:
+    async def _settle(
+        self, resource: dict[str, Any], shard: int, base: dict[str, Any] | None, ours: "Content", visited: Set[str]
+    ) -> int:
+        """One shard written (or dropped, when empty) as of ``base``, merged with a concurrent write and tried again
+        when there was one; how many records it holds after."""
         metadata = resource["metadata"]
-        applied = _dump(entries)
-        size = len(json.dumps(applied))
+        path = crds.SYNC_RECORD.object_path(
+            metadata["namespace"], record_name(metadata["name"], metadata["uid"], shard)
+        )
+        for _ in range(_SAVE_ATTEMPTS):
+            if base is not None and Content.of(base) == ours:
+                return len(ours.applied)
+            try:
+                if ours.empty():
+                    if base is not None:
+                        await self._drop(base)
+                    return 0
+                await self._write(resource, shard, ours, version=None if base is None else _version(base))
+                return len(ours.applied)
+            except (kube.ConflictError, kube.NotFoundError):
+                current = await kube.get_or_none(self._kcp, path)
+                ours = merged(Content.of(base) if base else Content.none(), ours, Content.of(current), visited)
+                base = current
+        raise RecordsError(f"shard {shard} kept changing while it was being saved")
+
+    async def _write(self, resource: dict[str, Any], shard: int, content: "Content", *, version: str | None) -> None:
+        """The shard as ``content``: created (version None), or replaced as of ``version`` (409 if it changed)."""
+        metadata = resource["metadata"]
+        size = len(json.dumps(content.applied))
         if size > MAX_SHARD_BYTES:
             raise RecordsError(f"{size} bytes in one shard (limit {MAX_SHARD_BYTES}): too many items x runtimes")
+        seen: dict[str, Any] = {"states": content.states, "errors": content.errors}
         if size + len(json.dumps(seen)) > MAX_SHARD_BYTES:
             log.warning("item states left out of a full shard", extra={"shard": shard, "bytes": size})
             seen = {}  # records first: a shard without states only makes the next pass cover every runtime
-        await kube.create_or_replace(
-            self._kcp,
-            crds.SYNC_RECORD.path(metadata["namespace"]),
-            {
-                "apiVersion": crds.SYNC_RECORD.api_version,
-                "kind": "SyncRecord",
-                "metadata": {
-                    "name": record_name(metadata["name"], metadata["uid"], shard),
-                    "namespace": metadata["namespace"],
-                    "labels": {wire.RECORDS_OF_LABEL: metadata["uid"]},
-                    "finalizers": [FINALIZER],
-                    "ownerReferences": [
-                        {
-                            "apiVersion": crds.SYNC_RESOURCE.api_version,
-                            "kind": "SyncResource",
-                            "name": metadata["name"],
-                            "uid": metadata["uid"],
-                        }
-                    ],
-                },
-                "spec": {"syncResource": metadata["name"], "shard": shard, "applied": applied, **seen},
+        name = record_name(metadata["name"], metadata["uid"], shard)
+        body = {
+            "apiVersion": crds.SYNC_RECORD.api_version,
+            "kind": "SyncRecord",
+            "metadata": {
+                "name": name,
+                "namespace": metadata["namespace"],
+                "labels": {wire.RECORDS_OF_LABEL: metadata["uid"]},
+                "finalizers": [FINALIZER],
+                "ownerReferences": [
+                    {
+                        "apiVersion": crds.SYNC_RESOURCE.api_version,
+                        "kind": "SyncResource",
+                        "name": metadata["name"],
+                        "uid": metadata["uid"],
+                    }
+                ],
+                **({"resourceVersion": version} if version is not None else {}),
             },
-        )
+            "spec": {"syncResource": metadata["name"], "shard": shard, "applied": content.applied, **seen},
+        }
+        collection = crds.SYNC_RECORD.path(metadata["namespace"])
+        if version is None:
+            await kube.request(self._kcp, "POST", collection, body=body)
+        else:
+            await kube.request(self._kcp, "PUT", f"{collection}/{name}", body=body)
 
     async def _drop(self, record: dict[str, Any]) -> None:
-        """A shard with nothing left: our finalizer off (as of the version read), then the object."""
+        """A shard with nothing left: our finalizer off, then the object, each as of the version before it (a
+        record written in between by another pass is not deleted with it)."""
         path = crds.SYNC_RECORD.object_path(record["metadata"]["namespace"], record["metadata"]["name"])
-        version = record["metadata"]["resourceVersion"]
-        await kube.merge_patch(self._kcp, path, {"metadata": {"finalizers": None, "resourceVersion": version}})
-        await kube.delete(self._kcp, path, preconditions=kube.Preconditions(uid=record["metadata"]["uid"]))
+        unfinalized = await kube.merge_patch(
+            self._kcp, path, {"metadata": {"finalizers": None, "resourceVersion": _version(record)}}
+        )
+        await kube.delete(
+            self._kcp,
+            path,
+            preconditions=kube.Preconditions(uid=record["metadata"]["uid"], resource_version=_version(unfinalized)),
+        )
+
+
+_SAVE_ATTEMPTS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Content:
+    """A shard's content as stored: records, and the states and errors of its runtimes' last passes."""
+
+    applied: list[dict[str, Any]]
+    states: dict[str, list[list[str]]]
+    errors: dict[str, str]
+
+    @classmethod
+    def of(cls, record: dict[str, Any] | None) -> "Content":
+        spec = (record or {}).get("spec") or {}
+        return cls(spec.get("applied") or [], spec.get("states") or {}, spec.get("errors") or {})
+
+    @classmethod
+    def none(cls) -> "Content":
+        return cls([], {}, {})
+
+    def empty(self) -> bool:
+        return not (self.applied or self.states or self.errors)
+
+
+def merged(base: Content, ours: Content, theirs: Content, visited: Set[str]) -> Content:
+    """Our pass's content over another's that was written since we read ``base``: ours for the runtimes we
+    visited, with any records the other added there meanwhile; theirs for every other runtime."""
+    before = {_identity(entry) for entry in base.applied}
+    kept = [e for e in theirs.applied if e.get("runtime") not in visited or _identity(e) not in before]
+    applied = {_identity(e): e for e in [*kept, *(e for e in ours.applied if e.get("runtime") in visited)]}
+    return Content(
+        sorted(applied.values(), key=lambda e: (e.get("runtime", ""), e.get("item", ""), e.get("name", ""))),
+        dict(sorted({**_others(theirs.states, visited), **_visited(ours.states, visited)}.items())),
+        {**_others(theirs.errors, visited), **_visited(ours.errors, visited)},
+    )
+
+
+V = TypeVar("V")
+
+
+def _others(by_runtime: dict[str, V], visited: Set[str]) -> dict[str, V]:
+    return {runtime: value for runtime, value in by_runtime.items() if runtime not in visited}
+
+
+def _visited(by_runtime: dict[str, V], visited: Set[str]) -> dict[str, V]:
+    return {runtime: value for runtime, value in by_runtime.items() if runtime in visited}
+
+
+def _identity(entry: dict[str, Any]) -> str:
+    return json.dumps(entry, sort_keys=True)
+
+
+def _version(record: dict[str, Any]) -> str:
+    return str(record["metadata"]["resourceVersion"])

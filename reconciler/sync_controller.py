@@ -25,6 +25,9 @@ from reconciler.shared import Shared
 Key = sync_resources.Key
 _Placed = tuple[str, str, str, str, str]
 """(runtime, group, kind, namespace or "", name) of an object a SyncResource applied."""
+_STATUS_DELAY = 2.0
+"""After a SyncRecord's states changed, the status is summed up this much later: a burst of passes over single
+runtimes makes one status write, not one each."""
 _Named = tuple[str, str, str]
 """(group, kind, name) of an object an item names, in whichever runtimes its SyncResource targets."""
 
@@ -67,6 +70,11 @@ class SyncResourceController(controller.Controller[Key]):
 
     async def reconcile(self, key: Key) -> workqueue.Result:
         return await self.reconciler.reconcile(key)
+
+    def runtime_of(self, key: Key) -> str | None:
+        """A pass over one runtime is its owner's (any replica); passes over all runtimes and status sums are the
+        singleton shard's."""
+        return key.runtime
 
     def all_keys(self) -> Iterable[Key]:
         return [_key(obj) for obj in self.resources]
@@ -155,6 +163,8 @@ class SyncResourceController(controller.Controller[Key]):
         if change.new is None:
             return
         key = Key(record[0], str((change.new.get("spec") or {}).get("syncResource", "")))
+        if _seen(change.old) != _seen(change.new):  # a pass saved new states: the status sums them up
+            self.queue.add_later([dataclasses.replace(key, status_only=True)], delay=_STATUS_DELAY)
         entries = [
             (a.runtime, a.api_version.rpartition("/")[0], a.kind, a.namespace or "", a.name)
             for a in _applied_or_none(change.new)
@@ -184,6 +194,11 @@ class SyncResourceController(controller.Controller[Key]):
             self._named[name].discard(key)
             if not self._named[name]:
                 del self._named[name]
+
+
+def _seen(record: dict[str, Any] | None) -> tuple[Any, Any]:
+    spec = (record or {}).get("spec") or {}
+    return spec.get("states"), spec.get("errors")
 
 
 def _applied_or_none(record: dict[str, Any]) -> list[model.AppliedRef]:

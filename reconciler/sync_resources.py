@@ -60,13 +60,20 @@ class Key:
     namespace: str
     name: str
     runtime: str | None = None
+    status_only: bool = False
+    """Sum the status up from the states its passes saved, visiting no runtime (after passes over one runtime,
+    which do not write the status: they run on whichever replica owns their runtime)."""
 
     @property
     def whole(self) -> "Key":
         return Key(self.namespace, self.name)
 
     def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}" + (f"@{self.runtime}" if self.runtime else "")
+        return (
+            f"{self.namespace}/{self.name}"
+            + (f"@{self.runtime}" if self.runtime else "")
+            + ("#status" if self.status_only else "")
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +125,11 @@ class RuntimeOutcome:
     """(item, what was done: Created, Updated, Adopted, Deleted, Released), for the SyncResource's Events."""
 
 
+def _synced(resource: dict[str, Any]) -> Any:
+    """The generation the last pass over every runtime applied."""
+    return (resource.get("status") or {}).get("syncedGeneration")
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -152,32 +164,42 @@ class SyncResourceReconciler:
         """SyncResources found gone: their lock is dropped once released."""
 
     async def reconcile(self, key: Key) -> workqueue.Result:
-        # One pass at a time per SyncResource: a pass over one runtime and one over all read and write the
-        # same records and status.
-        lock = self._locks.setdefault(key.whole, asyncio.Lock())
-        if lock.locked():  # not waiting: waiting would eat into this pass's own time limit
-            return workqueue.Result(requeue_after=_BUSY_RETRY)
         try:
-            async with lock:
+            if key.runtime is not None:
+                # Passes over single runtimes run at once, here and on other replicas: their records are saved
+                # merged with whatever another pass saved meanwhile.
                 return await self._reconcile(key)
+            # One pass over all runtimes (or the status) at a time per SyncResource.
+            lock = self._locks.setdefault(key.whole, asyncio.Lock())
+            if lock.locked():  # not waiting: waiting would eat into this pass's own time limit
+                return workqueue.Result(requeue_after=_BUSY_RETRY)
+            try:
+                async with lock:
+                    return await self._reconcile(key)
+            finally:
+                if key.whole in self._finished and not lock.locked():
+                    self._finished.discard(key.whole)
+                    self._locks.pop(key.whole, None)
         except (kube.KubeError, records.RecordsError) as exc:  # KCP failed us (or changed under us): retry, backing off
             return workqueue.Result.failed(f"{key}: {exc}")
-        finally:
-            if key.whole in self._finished and not lock.locked():
-                self._finished.discard(key.whole)
-                self._locks.pop(key.whole, None)
 
     async def _reconcile(self, key: Key) -> workqueue.Result:
         resource = await kube.get_or_none(self._kcp, crds.SYNC_RESOURCE.object_path(key.namespace, key.name))
         if resource is None:
-            self._orphans.count(key.whole, 0)
-            self._finished.add(key.whole)
+            if key == key.whole:
+                self._orphans.count(key, 0)
+                self._finished.add(key)
             return workqueue.Result()
         owner = Owner(key.whole, resource["metadata"]["uid"])
-        loaded = await self._records.load(resource)
-        applied = loaded.records
         if resource["metadata"].get("deletionTimestamp"):
-            return await self._finalize(owner, resource, loaded)
+            if key != key.whole:
+                return workqueue.Result()  # the pass over all runtimes releases everything
+            return await self._finalize(owner, resource, await self._records.load(resource))
+        if key.runtime is not None and (
+            _synced(resource) != resource["metadata"].get("generation") or model.applied_refs(resource.get("status"))
+        ):
+            # A new generation (or records still in the status): the pass over every runtime comes first.
+            return workqueue.Result(requeue_after=_WAIT_FOR_DELETION)
         resource = await self._mark(key.whole, resource)
         try:
             spec = model.Spec.model_validate(resource.get("spec") or {})
@@ -190,51 +212,129 @@ class SyncResourceReconciler:
             message = f"no SyncBinding covers namespace {key.namespace}: nothing is synced"
             await self._write_status(resource, state=model.State.FORBIDDEN, message=message, items=[])
             return workqueue.Result()
-        generation = resource["metadata"].get("generation")
-        synced = (resource.get("status") or {}).get("syncedGeneration")
-        settled = synced == generation and not loaded.legacy and loaded.complete
-        only = key.runtime if settled else None  # a new generation (or old-style records): every runtime
-        if not settled:
-            resource = await self._write_status(
-                resource,
-                state=model.State.PROCESSING,
-                message=f"applying generation {generation}",
-                items=[],
-            )
-        parsed = model.parse_items(spec)
-        placements = sync_plan.place(
-            spec,
-            kymas={r: self._shared.labels_of(r) for r in self._shared.runtimes()},
-            recorded={a.runtime for a in applied},
-            policy=policy,
+        if key.status_only:
+            loaded = await self._records.load(resource)
+            if not loaded.complete:  # states unreadable somewhere: only a pass over every runtime finds them again
+                return await self._pass_over_all(owner, resource, spec, policy)
+            placements = self._placements(spec, policy, {a.runtime for a in loaded.records})
+            await self._sum_up(resource, spec, placements, loaded, {}, synced=_synced(resource))
+            return workqueue.Result()
+        if key.runtime is not None:
+            return await self._pass_over_one(owner, resource, spec, policy, key.runtime)
+        return await self._pass_over_all(owner, resource, spec, policy)
+
+    def _placements(
+        self, spec: model.Spec, policy: tenancy.Policy, recorded: set[str], *, only: str | None = None
+    ) -> dict[str, sync_plan.Placement]:
+        """Where every runtime stands (``only``: where that one does, without looking at the others)."""
+        if only is None:
+            kymas = {r: self._shared.labels_of(r) for r in self._shared.runtimes()}
+        else:
+            kymas = {only: self._shared.labels_of(only)} if self._shared.kyma(only) is not None else {}
+            recorded &= {only}
+        return sync_plan.place(spec, kymas=kymas, recorded=recorded, policy=policy)
+
+    async def _pass_over_one(
+        self, owner: Owner, resource: dict[str, Any], spec: model.Spec, policy: tenancy.Policy, runtime: str
+    ) -> workqueue.Result:
+        """One runtime reconciled, reading and writing only its SyncRecord shard; the status is summed up by a
+        ``status_only`` pass that the changed SyncRecord triggers (on the replica holding the singleton shard)."""
+        loaded = await self._records.load(resource, runtime=runtime)
+        placements = self._placements(spec, policy, {a.runtime for a in loaded.records}, only=runtime)
+        outcome_of = await self._visit(owner, spec, policy, placements, loaded.records)
+        mine = outcome_of.get(runtime) or RuntimeOutcome([], [])
+        await self._announce_actions(resource, outcome_of)
+        states = {r: s for r, s in loaded.states.items() if r != runtime} | (
+            {runtime: mine.items} if mine.items else {}
         )
-        passing = [only] if only is not None else list(placements)
-        outcome_of = await self._fan_out(
+        run_errors = {r: e for r, e in loaded.errors.items() if r != runtime} | (
+            {runtime: mine.error} if mine.error else {}
+        )
+        await self._records.save(
+            resource,
+            loaded,
+            [*(r for r in loaded.records if r.runtime != runtime), *mine.applied],
+            states,
+            run_errors,
+            visited={runtime},
+        )
+        state = model.State.ERROR if mine.error else sync_plan.overall(i.state for i in mine.items)
+        return self._result(owner.key, state, mine.error or f"failing in {runtime}", dry_run=spec.dry_run)
+
+    async def _visit(
+        self,
+        owner: Owner,
+        spec: model.Spec,
+        policy: tenancy.Policy,
+        placements: dict[str, sync_plan.Placement],
+        applied: list[model.AppliedRef],
+    ) -> dict[str, RuntimeOutcome]:
+        """Every placed runtime reconciled (bounded, each within its time limit)."""
+        parsed = model.parse_items(spec)
+        return await self._fan_out(
             owner,
             applied,
             {
-                runtime: functools.partial(self._place, owner, spec, parsed, policy, runtime, placements[runtime])
-                for runtime in passing
-                if runtime in placements
+                runtime: functools.partial(self._place, owner, spec, parsed, policy, runtime, placement)
+                for runtime, placement in placements.items()
             },
             failed_items=lambda runtime: [] if placements[runtime] != sync_plan.Placement.SYNC else spec.items,
         )
-        outcome_of.update({r: RuntimeOutcome([], []) for r in passing if r not in outcome_of})  # nothing there
+
+    async def _pass_over_all(
+        self, owner: Owner, resource: dict[str, Any], spec: model.Spec, policy: tenancy.Policy
+    ) -> workqueue.Result:
+        loaded = await self._records.load(resource)
+        generation = resource["metadata"].get("generation")
+        if _synced(resource) != generation or loaded.legacy:
+            resource = await self._write_status(
+                resource, state=model.State.PROCESSING, message=f"applying generation {generation}", items=[]
+            )
+        placements = self._placements(spec, policy, {a.runtime for a in loaded.records})
+        outcome_of = await self._visit(owner, spec, policy, placements, loaded.records)
+        self._count_failures(outcome_of)
         await self._announce_actions(resource, outcome_of)
-        # Runtimes this pass did not visit keep their records and states as last saved.
-        kept_records = [r for r in applied if r.runtime not in outcome_of]
-        states = {r: s for r, s in loaded.states.items() if r not in outcome_of and (only is not None)}
-        states.update({r: o.items for r, o in outcome_of.items() if o.items})
-        items = [status for entries in states.values() for status in entries]
+        states = {r: o.items for r, o in outcome_of.items() if o.items}
+        run_errors = {r: o.error for r, o in outcome_of.items() if o.error}
+        await self._records.save(
+            resource,
+            loaded,
+            [ref for o in outcome_of.values() for ref in o.applied],
+            states,
+            run_errors,
+            visited=set(outcome_of),
+        )
+        state, message = await self._sum_up(
+            resource,
+            spec,
+            placements,
+            dataclasses.replace(loaded, states=states, errors=run_errors),
+            {"syncedGeneration": generation},  # a pass over one runtime may rely on the others' saved states now
+            records_moved=loaded.legacy,
+        )
+        return self._result(owner.key, state, message, dry_run=spec.dry_run)
+
+    async def _sum_up(
+        self,
+        resource: dict[str, Any],
+        spec: model.Spec,
+        placements: dict[str, sync_plan.Placement],
+        seen: records.Loaded,
+        extra: dict[str, Any] | None = None,
+        *,
+        synced: Any = None,
+        records_moved: bool = False,
+    ) -> tuple[model.State, str]:
+        """The status from every runtime's states (as just seen or as saved); the overall state and message."""
+        items = [status for entries in seen.states.values() for status in entries]
         kyma_missing = spec.kyma is not None and self._shared.kyma(spec.kyma) is None
         if spec.kyma is not None and kyma_missing:
             items += [
                 _status(item, spec.kyma, model.State.ERROR, f"no Kyma {spec.kyma!r} in KCP") for item in spec.items
             ]
-        run_errors = {r: e for r, e in loaded.errors.items() if r not in outcome_of and only is not None}
-        run_errors.update({r: o.error for r, o in outcome_of.items() if o.error})
         errors = sorted(
-            set(run_errors) | {r for r, entries in states.items() if any(s.state == model.State.ERROR for s in entries)}
+            set(seen.errors)
+            | {r for r, entries in seen.states.items() if any(s.state == model.State.ERROR for s in entries)}
         )
         state = model.State.ERROR if errors else sync_plan.overall(i.state for i in items)
         counts = {p: sum(1 for v in placements.values() if v == p) for p in sync_plan.Placement}
@@ -249,36 +349,30 @@ class SyncResourceReconciler:
             + (f"; failing: {', '.join(errors)}" if errors else "")
         )
         orphaned = [i.name for i in spec.items] if kyma_missing else sync_plan.orphaned(items, gone=GONE)
-        self._orphans.count(key.whole, len(orphaned))
-        await self._records.save(
-            resource,
-            loaded,
-            [*kept_records, *(ref for o in outcome_of.values() for ref in o.applied)],
-            states,
-            run_errors,
-        )
+        self._orphans.count(Key(resource["metadata"]["namespace"], resource["metadata"]["name"]), len(orphaned))
         await self._write_status(
             resource,
             state=state,
             message=message,
             items=items,
             orphaned=orphaned,
-            records_moved=loaded.legacy,
+            records_moved=records_moved,
             summary={
                 "itemCount": len(spec.items),
                 "runtimeCount": counts[sync_plan.Placement.SYNC],
                 "ready": f"{sum(1 for i in items if i.state == model.State.READY)}/{len(items)}",
                 # The generation the last pass over every runtime applied: until it is the current one, a
                 # pass over one runtime cannot rely on the others' saved states.
-                "syncedGeneration": generation if only is None else synced,
+                "syncedGeneration": synced,
+                **(extra or {}),
             },
         )
-        if only is not None:  # this key answers for its runtime only
-            mine = outcome_of[only]
-            state = model.State.ERROR if mine.error else sync_plan.overall(i.state for i in mine.items)
+        return state, message
+
+    def _result(self, key: Key, state: model.State, message: str, *, dry_run: bool) -> workqueue.Result:
         if state == model.State.ERROR:
             return workqueue.Result.failed(f"{key}: {message}")
-        if state in (model.State.DELETING, model.State.PROCESSING) and not spec.dry_run:
+        if state in (model.State.DELETING, model.State.PROCESSING) and not dry_run:
             return workqueue.Result(requeue_after=_WAIT_FOR_DELETION)
         return workqueue.Result()
 
@@ -366,10 +460,13 @@ class SyncResourceReconciler:
             runtime: done.get(runtime) or cut_short(runtime, f"runtime {runtime} not reached within {budget:g}s")
             for runtime in work
         }
-        for runtime, outcome in outcomes.items():
+        return outcomes
+
+    def _count_failures(self, outcome_of: dict[str, RuntimeOutcome]) -> None:
+        """Per runtime failing in a pass over many (a failing pass over one is counted by the queue)."""
+        for runtime, outcome in outcome_of.items():
             if outcome.error or any(item.state == model.State.ERROR for item in outcome.items):
                 self._runtime_errors(CONTROLLER_NAME, runtime).inc()
-        return outcomes
 
     async def _release_runtime(
         self, owner: Owner, runtime: str, previously: list[model.AppliedRef], journal: "Journal"
@@ -777,13 +874,15 @@ class SyncResourceReconciler:
             },
             failed_items=lambda runtime: [],
         )
+        self._count_failures(outcome_of)
         await self._announce_actions(resource, outcome_of)
         outcomes = list(outcome_of.values())
         remaining = [ref for outcome in outcomes for ref in outcome.applied]
-        await self._records.save(resource, loaded, remaining)
-        if remaining:
+        # What a pass over one runtime, started before the deletion, recorded meanwhile counts as well.
+        left = await self._records.save(resource, loaded, remaining, visited=set(outcome_of))
+        if left:
             errors = [o.error for o in outcomes if o.error]
-            message = f"{len(remaining)} object(s) still to delete" + (f": {errors[0]}" if errors else "")
+            message = f"{left} object(s) still to delete" + (f": {errors[0]}" if errors else "")
             await self._write_status(
                 resource, state=model.State.DELETING, message=message, items=[], records_moved=loaded.legacy
             )

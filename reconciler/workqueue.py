@@ -22,6 +22,7 @@ run to the end, so a message about it is redelivered, to the next reconciler).
 import asyncio
 import collections
 import dataclasses
+import functools
 import logging
 import random
 import time
@@ -139,6 +140,8 @@ class WorkQueue(Generic[K]):
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._ready: collections.OrderedDict[K, None] = collections.OrderedDict()
+        self._background: collections.OrderedDict[K, None] = collections.OrderedDict()
+        """Keys a resync or an acquired shard queued: taken only when no key is waiting in ``_ready``."""
         self._running: set[K] = set()
         self._reconciling: dict[K, asyncio.Task[Result]] = {}
         self._again: set[K] = set()
@@ -163,13 +166,22 @@ class WorkQueue(Generic[K]):
         self._schedule(key, 0.0)
         return future
 
-    def add_all(self, keys: Iterable[K], *, spread: float = 0.0) -> None:
-        """Enqueue many keys, spread over ``spread`` seconds (a resync must not storm)."""
+    def add_all(self, keys: Iterable[K], *, spread: float = 0.0, background: bool = False) -> None:
+        """Enqueue many keys, spread over ``spread`` seconds (a resync must not storm); ``background``: behind every
+        key triggered by a change or an event (thousands of them must not delay those)."""
         if self._stopping:
             return
         for key in keys:
             if self._admits(key):
-                self._schedule(key, random.uniform(0, spread) if spread else 0.0)
+                self._schedule(key, random.uniform(0, spread) if spread else 0.0, background=background)
+
+    def add_later(self, keys: Iterable[K], *, delay: float) -> None:
+        """Enqueue in ``delay`` seconds; a key already due sooner stays so (a run of triggers makes one reconcile)."""
+        if self._stopping:
+            return
+        for key in keys:
+            if self._admits(key):
+                self._schedule(key, delay)
 
     def retry_delay(self, key: K) -> float:
         """How long until the queue retries ``key`` after its last failure (0 if it did not fail)."""
@@ -178,9 +190,9 @@ class WorkQueue(Generic[K]):
             return 0.0
         return max(0.0, timer.when() - asyncio.get_running_loop().time())
 
-    def _schedule(self, key: K, delay: float) -> None:
+    def _schedule(self, key: K, delay: float, *, background: bool = False) -> None:
         if delay <= 0:
-            self._make_ready(key)
+            self._make_ready(key, background=background)
             return
         loop = asyncio.get_running_loop()
         timer = self._timers.get(key)
@@ -188,9 +200,9 @@ class WorkQueue(Generic[K]):
             return
         if timer is not None:
             timer.cancel()
-        self._timers[key] = loop.call_later(delay, self._make_ready, key)
+        self._timers[key] = loop.call_later(delay, functools.partial(self._make_ready, key, background=background))
 
-    def _make_ready(self, key: K) -> None:
+    def _make_ready(self, key: K, *, background: bool = False) -> None:
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
@@ -199,14 +211,18 @@ class WorkQueue(Generic[K]):
             return
         if key in self._running:
             self._again.add(key)
-        else:
+        elif not background:
+            self._background.pop(key, None)
             self._ready[key] = None
-        self._depth.set(len(self._ready))
+        elif key not in self._ready:
+            self._background[key] = None
+        self._depth.set(len(self._ready) + len(self._background))
         self._wake.set()
 
     def _forget(self, key: K) -> None:
         """``key`` is not ours (any more): no retry, no backoff; whoever waits for it is answered."""
         self._ready.pop(key, None)
+        self._background.pop(key, None)
         self._again.discard(key)
         self._failures.pop(key, None)
         self._waits.pop(key, None)
@@ -214,13 +230,13 @@ class WorkQueue(Generic[K]):
         if timer is not None:
             timer.cancel()
         _answer(self._waiters.pop(key, []), _NOT_OURS)
-        self._depth.set(len(self._ready))
+        self._depth.set(len(self._ready) + len(self._background))
 
     async def relinquish(self, *, grace: float | None) -> None:
         """Drop every key no longer admitted; wait up to ``grace`` seconds (None: until they end, each within the
         reconcile timeout) for their running reconciles, then cancel them (another replica is about to own them:
         two must never write at once)."""
-        for key in [k for k in (*self._ready, *self._timers, *self._waiters) if not self._admits(k)]:
+        for key in [k for k in (*self._ready, *self._background, *self._timers, *self._waiters) if not self._admits(k)]:
             self._forget(key)
         running = [task for key, task in self._reconciling.items() if not self._admits(key)]
         if not running:
@@ -259,15 +275,15 @@ class WorkQueue(Generic[K]):
             self._waiters.clear()
 
     async def _next(self) -> K | None:
-        while not self._ready:
+        while not (self._ready or self._background):
             if self._stopping:
                 return None
             self._wake.clear()
             await self._wake.wait()
         if self._stopping:
             return None
-        key, _ = self._ready.popitem(last=False)
-        self._depth.set(len(self._ready))
+        key, _ = (self._ready or self._background).popitem(last=False)
+        self._depth.set(len(self._ready) + len(self._background))
         if not self._admits(key):  # handed over while it waited
             self._forget(key)
             return await self._next()

@@ -1,8 +1,16 @@
 """Records and status sized for 10,000 runtimes: SyncRecord shards and a status that summarises."""
 
 import json
+from collections.abc import Iterable
+from typing import Any
 
+import pytest
+
+from clients import kube
 from reconciler import model, records, sync_plan
+
+from ..waiting import eventually
+from .conftest import Kcp
 
 RUNTIMES = [f"runtime-{n:05d}" for n in range(10_000)]
 ITEMS = [f"item-{n}" for n in range(10)]
@@ -53,3 +61,68 @@ def test_a_small_sync_resource_shows_every_runtime() -> None:
     statuses = [model.ItemStatus(name="i", runtime=f"skr-{n}", state=model.State.READY) for n in range(3)]
     shown, counted = sync_plan.status_items(statuses, runtimes=3)
     assert [i["runtime"] for i in shown] == ["skr-0", "skr-1", "skr-2"] and "detailsOmitted" not in counted
+
+
+def _same_shard(count: int) -> list[str]:
+    by_shard: dict[int, list[str]] = {}
+    for n in range(10_000):
+        found = by_shard.setdefault(records.shard_of(f"skr-{n}"), [])
+        found.append(f"skr-{n}")
+        if len(found) == count:
+            return found
+    raise AssertionError("unreachable: 64 shards")
+
+
+def _record(runtime: str, name: str) -> model.AppliedRef:
+    return model.AppliedRef(runtime=runtime, item=name, apiVersion="v1", kind="ConfigMap", namespace="ns", name=name)
+
+
+def _ready(runtime: str, name: str) -> list[model.ItemStatus]:
+    return [model.ItemStatus(name=name, runtime=runtime, state=model.State.READY)]
+
+
+async def _loads(store: records.RecordStore, resource: dict[str, Any]) -> bool:
+    try:
+        await store.load(resource)
+    except kube.ThrottledError:
+        return False
+    return True
+
+
+def _dumped(found: Iterable[model.AppliedRef]) -> list[str]:
+    return sorted(r.model_dump_json() for r in found)
+
+
+@pytest.mark.integration
+async def test_passes_saving_over_the_same_read_keep_each_others_records(kcp: Kcp) -> None:
+    """Two passes (two reconciler replicas, or a pass over one runtime beside a pass over all) read the records
+    at once, each visited runtimes of the same SyncRecord shard, and saved one after the other: the later save
+    keeps what the earlier one recorded — a lost record is an object never released — and what it released
+    itself stays released; states and errors of runtimes a pass did not visit are the other pass's."""
+    first, second, third = _same_shard(3)
+    await kcp.create("sr", {"kyma": first, "items": [kcp.configmap("c", {"k": "v"})]})
+    resource = await kcp.get("sr")
+    assert resource is not None
+    store = records.RecordStore(kcp.api)
+    await eventually(
+        lambda: _loads(store, resource), what="SyncRecords served (a CRD installed moments ago answers 429)"
+    )
+    empty = await store.load(resource)
+    await store.save(resource, empty, [_record(third, "old")], {third: _ready(third, "old")}, visited={third})
+    loaded = await store.load(resource)
+
+    # a visits `first`: records something there, keeps `third`'s record as it was
+    await store.save(
+        resource,
+        loaded,
+        [_record(first, "a"), _record(third, "old")],
+        {first: _ready(first, "a"), third: _ready(third, "old")},
+        {first: "slow"},
+        visited={first},
+    )
+    # b read before a saved; it visits `second` and `third`, releasing `third`'s object
+    await store.save(resource, loaded, [_record(second, "b")], {second: _ready(second, "b")}, visited={second, third})
+
+    final = await store.load(resource)
+    assert _dumped(final.records) == _dumped([_record(first, "a"), _record(second, "b")])
+    assert sorted(final.states) == [first, second] and final.errors == {first: "slow"}

@@ -53,10 +53,15 @@ def test_a_runtime_keeps_its_shard_across_processes_and_versions() -> None:
     assert sharding.Ownership().owns("anything") and sharding.Ownership().owns(None)
 
 
-def _scrape(port: int, name: str) -> float:
+def _scrape(port: int, name: str, **labels: str) -> float:
     with urllib.request.urlopen(f"http://{net.LOOPBACK}:{port}/metrics", timeout=5) as answer:
         text = answer.read().decode()
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    )
 
 
 def _ready(port: int) -> bool:
@@ -123,9 +128,10 @@ async def _holder(kcp: Kcp, prefix: str, shard: int) -> str | None:
 async def test_replicas_share_the_runtimes_and_a_killed_one_is_taken_over_without_double_work(
     landscape: landscape_mod.Landscape, kcp: Kcp, pipeline: Callable[..., Any], tmp_path: Path
 ) -> None:
-    """Three real replicas (processes) hold all shards between them. The one running the SyncResource controller
-    (shard 0) is killed (SIGKILL: nothing released); a change made right then is applied by the replica taking
-    shard 0 over; a drift event reaches it through its own durable. The synced ConfigMap is sampled throughout:
+    """Three real replicas (processes) hold all shards between them. The one holding the singleton shard (passes
+    over every runtime) is killed (SIGKILL: nothing released); a change made right then is applied by the replica
+    taking shard 0 over; a drift event reaches the owner of its runtime through that replica's own durable, and
+    the owner resets it. The synced ConfigMap is sampled throughout:
     never absent, never recreated."""
     prefix, durables = f"t{uuid.uuid4().hex[:6]}", f"test-{uuid.uuid4().hex[:6]}"
     ports = {identity: net.free_port() for identity in ("r0", "r1", "r2")}
@@ -188,6 +194,11 @@ async def test_replicas_share_the_runtimes_and_a_killed_one_is_taken_over_withou
                 await eventually(lambda: _everywhere(kcp, "shared", "v2"), timeout=60, what="the change applied")
                 applied = asyncio.get_running_loop().time() - killed_at
                 await eventually(lambda: held(survivors) == SHARDS, timeout=30, what="the survivors hold every shard")
+                # The drift's pass over skr-1 is the work of skr-1's owner, not of the singleton shard's holder.
+                placed = sharding.placement(SHARDS, survivors)
+                owner = placed[sharding.shard_of("skr-1", SHARDS)]
+                assert owner != placed[sharding.SINGLETON_SHARD], "the identities are chosen so that these differ"
+                passes_before = _scrape(ports[owner], "kyma_reconciler_reconciles_total", controller="sync_resources")
                 async with pipeline(_synced_configmaps(kcp), ["kyma-sync"]):
                     await kube.request(
                         kcp.skrs["skr-1"],
@@ -198,6 +209,8 @@ async def test_replicas_share_the_runtimes_and_a_killed_one_is_taken_over_withou
                         content_type="application/merge-patch+json",
                     )
                     await eventually(lambda: _everywhere(kcp, "shared", "v2"), timeout=30, what="the drift reset")
+                passes = _scrape(ports[owner], "kyma_reconciler_reconciles_total", controller="sync_resources")
+                assert passes > passes_before, f"{owner}, owning skr-1, reset its drift"
             print(
                 f"shard 0 taken over {took_over:.1f}s after the kill; the change made then applied after {applied:.1f}s"
             )

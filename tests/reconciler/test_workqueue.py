@@ -257,3 +257,32 @@ async def test_relinquished_keys_finish_within_the_grace_or_are_cancelled_and_ot
     assert queue.add("slow").done(), "a key of another replica is answered at once, never run"
     stop.set()
     await running
+
+
+async def test_a_triggered_key_goes_before_thousands_queued_in_the_background() -> None:
+    """A resync or a shard just acquired queues every key in the background: a key an event or a change asks for
+    is reconciled next, not after them all (at 10,000 runtimes a take-over queued thousands); a background key
+    triggered meanwhile moves ahead too, and every background key still runs once."""
+    runs: list[str] = []
+    all_ran = asyncio.Event()
+
+    async def reconcile(key: str) -> workqueue.Result:
+        runs.append(key)
+        if len(runs) == 1001:
+            all_ran.set()
+        await asyncio.sleep(0.01)
+        return workqueue.Result()
+
+    queue = make_queue(reconcile, workers=1)
+    stop = asyncio.Event()
+    running = asyncio.create_task(queue.run(stop=stop))
+    queue.add_all((f"bg-{n}" for n in range(1000)), background=True)
+    await asyncio.sleep(0.05)
+    event = queue.add("event")
+    queue.add_all(["bg-999"])
+    assert (await event).ok
+    await all_ran.wait()
+    stop.set()
+    await running
+    assert runs.index("event") < 10 and runs.index("bg-999") < 10
+    assert sorted(runs) == sorted(["event", *(f"bg-{n}" for n in range(1000))])
