@@ -113,7 +113,7 @@ class Manager:
                         registry=self.shared.registry,
                         acquired=self._acquired,
                         releasing=self._releasing,
-                        ready=lambda: self.readiness() is None,
+                        ready=self.readiness,
                     )
                     group.create_task(shards.run(stop=stop))
                 if config.nats.servers:

@@ -89,8 +89,9 @@ Acquired = Callable[[set[int]], None]
 Releasing = Callable[[float | None], Coroutine[Any, Any, None]]
 """Stop working on what is no longer owned: running reconciles get the given seconds (None: as long as they take,
 each within its reconcile timeout), then are cancelled."""
-Ready = Callable[[], bool]
-"""Whether this replica can do its part (caches synced, its durables granted): only then is it a member."""
+Ready = Callable[[], str | None]
+"""None when this replica can do its part (caches synced, its durables granted), else why not: only a ready replica
+is a member."""
 
 SHARDS_LABEL = "reconciler.kyma-project.io/shards"
 
@@ -136,7 +137,7 @@ class Shards:
         registry: CollectorRegistry,
         acquired: Acquired,
         releasing: Releasing,
-        ready: Ready = lambda: True,
+        ready: Ready = lambda: None,
     ) -> None:
         assert ownership.shards == config.shards
         self._kcp = kcp
@@ -173,7 +174,13 @@ class Shards:
 
     async def _mirror_readiness(self) -> None:
         while True:
-            self._ready_now = self._ready()
+            why_not = self._ready()
+            if (why_not is None) != self._ready_now:
+                log.info(
+                    "ready to hold shards" if why_not is None else "not ready to hold shards",
+                    extra={"identity": self.identity, "why_not": why_not},
+                )
+            self._ready_now = why_not is None
             await asyncio.sleep(self._config.renew_interval_seconds / 4)
 
     async def _keep(
@@ -220,7 +227,7 @@ class _LeaseKeeper:
         metrics: ShardMetrics,
         acquired: Acquired,
         releasing: Releasing,
-        ready: Ready,
+        ready: Callable[[], bool],
     ) -> None:
         self._api = api
         self._config = config

@@ -72,9 +72,13 @@ class SyncResourceController(controller.Controller[Key]):
         return await self.reconciler.reconcile(key)
 
     def runtime_of(self, key: Key) -> str | None:
-        """A pass over one runtime is its owner's (any replica); passes over all runtimes and status sums are the
-        singleton shard's."""
-        return key.runtime
+        """A pass over one runtime, and every pass of a SyncResource for a single runtime, are that runtime's
+        owner's (10,000 of those must not all land on one replica); the passes over a group's runtimes and its
+        status sums are the singleton shard's."""
+        if key.runtime is not None:
+            return key.runtime
+        kyma = ((self.resources.get(key.name, key.namespace) or {}).get("spec") or {}).get("kyma")
+        return kyma if isinstance(kyma, str) else None
 
     def all_keys(self) -> Iterable[Key]:
         return [_key(obj) for obj in self.resources]

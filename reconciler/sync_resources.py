@@ -292,7 +292,7 @@ class SyncResourceReconciler:
             )
         placements = self._placements(spec, policy, {a.runtime for a in loaded.records})
         outcome_of = await self._visit(owner, spec, policy, placements, loaded.records)
-        self._count_failures(outcome_of)
+        self._count_failures(resource, outcome_of)
         await self._announce_actions(resource, outcome_of)
         states = {r: o.items for r, o in outcome_of.items() if o.items}
         run_errors = {r: o.error for r, o in outcome_of.items() if o.error}
@@ -462,8 +462,11 @@ class SyncResourceReconciler:
         }
         return outcomes
 
-    def _count_failures(self, outcome_of: dict[str, RuntimeOutcome]) -> None:
-        """Per runtime failing in a pass over many (a failing pass over one is counted by the queue)."""
+    def _count_failures(self, resource: dict[str, Any], outcome_of: dict[str, RuntimeOutcome]) -> None:
+        """Per runtime failing in a group's pass (a failing pass over one runtime, or of a SyncResource for one
+        runtime, is counted by the queue)."""
+        if isinstance((resource.get("spec") or {}).get("kyma"), str):
+            return
         for runtime, outcome in outcome_of.items():
             if outcome.error or any(item.state == model.State.ERROR for item in outcome.items):
                 self._runtime_errors(CONTROLLER_NAME, runtime).inc()
@@ -874,7 +877,7 @@ class SyncResourceReconciler:
             },
             failed_items=lambda runtime: [],
         )
-        self._count_failures(outcome_of)
+        self._count_failures(resource, outcome_of)
         await self._announce_actions(resource, outcome_of)
         outcomes = list(outcome_of.values())
         remaining = [ref for outcome in outcomes for ref in outcome.applied]

@@ -1,6 +1,7 @@
 """Reconciler replicas sharing the runtimes: rendezvous placement (pure), and real replicas killed mid-run."""
 
 import asyncio
+import collections
 import contextlib
 import functools
 import hashlib
@@ -177,8 +178,9 @@ async def test_replicas_share_the_runtimes_and_a_killed_one_is_taken_over_withou
             await asyncio.gather(start("r0"), start("r1"))
             await eventually(lambda: held(["r0", "r1"]) == SHARDS, timeout=30, what="two replicas hold every shard")
             await start("r2")  # joins: the others hand it its shards
-            await eventually(
-                lambda: held(["r2"]) > 0 and held(list(ports)) == SHARDS, timeout=30, what="shards handed to r2"
+            placed_on_three = collections.Counter(sharding.placement(SHARDS, list(ports)).values())
+            await eventually(  # each holding exactly its own: no hand-over under way when shard 0's holder is read
+                lambda: all(held([i]) == placed_on_three[i] for i in ports), timeout=30, what="shards handed to r2"
             )
             await kcp.create("shared", {"target": {"selector": {}}, "items": [item]})
             await eventually(lambda: _state_is(kcp, "shared", "Ready"), timeout=30, what="synced")
@@ -211,6 +213,19 @@ async def test_replicas_share_the_runtimes_and_a_killed_one_is_taken_over_withou
                     await eventually(lambda: _everywhere(kcp, "shared", "v2"), timeout=30, what="the drift reset")
                 passes = _scrape(ports[owner], "kyma_reconciler_reconciles_total", controller="sync_resources")
                 assert passes > passes_before, f"{owner}, owning skr-1, reset its drift"
+                # A SyncResource for skr-1 alone is wholly its owner's.
+                singleton = placed[sharding.SINGLETON_SHARD]
+                before = {
+                    i: _scrape(ports[i], "kyma_reconciler_reconciles_total", controller="sync_resources")
+                    for i in survivors
+                }
+                await kcp.create("single", {"kyma": "skr-1", "items": [kcp.configmap("single", {"k": "v"})]})
+                await eventually(lambda: _state_is(kcp, "single", "Ready"), timeout=30, what="single synced")
+                after = {
+                    i: _scrape(ports[i], "kyma_reconciler_reconciles_total", controller="sync_resources")
+                    for i in survivors
+                }
+                assert after[owner] > before[owner] and after[singleton] == before[singleton]
             print(
                 f"shard 0 taken over {took_over:.1f}s after the kill; the change made then applied after {applied:.1f}s"
             )
@@ -363,7 +378,7 @@ async def test_a_holder_cut_off_from_kcp_gives_its_shards_up_before_another_take
             await kube.api_client(kubeconfig) as relayed,
             _replica(relayed, config, "a", overlaps, owners) as (a, _),
             _replica(kcp.api, config, "b", overlaps, owners) as (b, _),
-            _replica(kcp.api, config, "c", overlaps, owners, ready=lambda: ready) as (c, _),
+            _replica(kcp.api, config, "c", overlaps, owners, ready=lambda: None if ready else "not yet") as (c, _),
         ):
             await eventually(lambda: len(a.held) + len(b.held) == SHARDS and bool(a.held and b.held), what="shared")
             assert not c.held, "an unready replica holds nothing"
