@@ -5,7 +5,9 @@ object (or its status) may hold. They live in SyncRecord objects next to the Syn
 namespace, owned by it, labelled with its uid), each holding the records of the runtimes that
 hash to its shard — and the item states last seen there, so the status can be summed up after a
 pass over one runtime as well as after a pass over all — so a reconcile rewrites only the shards
-that changed. Records are read from the
+that changed, and a pass over one runtime reads and writes only that runtime's shard. Passes run at
+once (on several replicas): every write is conditional on the version read, and a conflict is
+merged three ways (``merged``). Records are read from the
 apiserver at the start of every reconcile, never from a cache: a record missed because a cache
 was behind would be an object never released.
 

@@ -7,7 +7,11 @@ Triggers, each naming SyncResource keys:
 - a watcher event about an object in a runtime: the SyncResources that KCP's own records say
   applied it there, or whose items name it — never a claim in the event body, which anyone
   who can edit the object in the runtime controls;
+- a SyncRecord whose saved states changed: the SyncResource's status sum (``status_only``);
 - the periodic resync of everything, spread with jitter.
+
+A key naming a runtime (and every key of a SyncResource for a single runtime) belongs to that
+runtime's owner when reconcilers are sharded; the rest to the singleton shard's holder.
 """
 
 import collections
