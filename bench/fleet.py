@@ -27,6 +27,7 @@ import asyncio
 import datetime
 import json
 import random
+import signal
 import ssl
 import statistics
 import sys
@@ -159,6 +160,11 @@ async def main() -> None:
     names = [name_of(n) for n in range(args.runtimes)]
     hosts = {name: ("skr-a", "skr-b")[n % 2] for n, name in enumerate(names)}
     loop = asyncio.get_running_loop()
+    # SIGTERM (a timeout, a pipeline's kill) ends the run as Ctrl-C does: the main task is cancelled, so the
+    # `finally` below stops the landscape — its processes would go on using the cores the next run measures.
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    loop.add_signal_handler(signal.SIGTERM, main_task.cancel)
 
     def phase(text: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)

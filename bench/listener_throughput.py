@@ -9,6 +9,8 @@ of listener CPU (what one listener core takes).
 the same number of clients, messages of the same size and message ids (dedup), for the ratio the
 listener is held to (a synchronous JetStream publish per event is the listener's floor).
 --profile FILE: runs the listener under cProfile and prints where its time went.
+--listeners N: N listener processes sharing the port (SO_REUSEPORT: the kernel spreads connections),
+each with its own management port; their CPU is summed.
 
     python bench/listener_throughput.py --clients 64 --events 20000 --nats-bench ~/go/bin/nats
 """
@@ -138,6 +140,7 @@ async def main() -> None:
     parser.add_argument("--events", type=int, default=20000, help="events in total (default 20000)")
     parser.add_argument("--nats-bench", type=Path, help="the NATS CLI binary, for the reference figure")
     parser.add_argument("--profile", type=Path, help="run the listener under cProfile, write the profile here")
+    parser.add_argument("--listeners", type=int, default=1, help="listener processes sharing the port (default 1)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="kyma-bench-listener-"))
@@ -152,11 +155,10 @@ async def main() -> None:
     bus = nats.NatsServer(workdir=work / "nats")
     bus.start()
     bus.prepare()
-    port, management = net.free_port(), net.free_port()
+    port, managements = net.free_port(), [net.free_port() for _ in range(args.listeners)]
     config = {
         "host": "127.0.0.1",
         "port": port,
-        "management_port": management,
         "modules": ["bench"],
         "default_runtime_modules": ["bench"],
         "tls": {"cert_file": str(work / "server.crt"), "key_file": str(work / "server.key")},
@@ -164,27 +166,32 @@ async def main() -> None:
         "rate_limit": {"events_per_second": 1e6, "burst": 1_000_000},
         "nats": {"servers": [bus.url], "credentials": bus.credentials("listener").model_dump(mode="json")},
     }
-    (work / "listener.yaml").write_text(yaml.safe_dump(config))
+    for n, management in enumerate(managements):
+        (work / f"listener-{n}.yaml").write_text(yaml.safe_dump({**config, "management_port": management}))
     reference = (
         _nats_bench(args.nats_bench, bus, clients=args.clients, messages=args.events, size=len(_event("bench-0", 0)))
         if args.nats_bench
         else None
     )
     profiling = ["-m", "cProfile", "-o", str(args.profile)] if args.profile else []
-    listener = subprocess.Popen(
-        [
-            sys.executable,
-            *profiling,
-            "-m",
-            "listener.cli",
-            "--config",
-            str(work / "listener.yaml"),
-            "--log-level",
-            "WARNING",
-        ]
-    )
+    listeners = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                *(profiling if n == 0 else []),
+                "-m",
+                "listener.cli",
+                "--config",
+                str(work / f"listener-{n}.yaml"),
+                "--log-level",
+                "WARNING",
+            ]
+        )
+        for n in range(args.listeners)
+    ]
     try:
-        await _wait_ready(f"http://127.0.0.1:{management}/readyz")
+        for management in managements:
+            await _wait_ready(f"http://127.0.0.1:{management}/readyz")
         per_client = args.events // args.clients
         contexts, workloads = [], []
         for c in range(args.clients):
@@ -199,7 +206,7 @@ async def main() -> None:
             workloads.append([_event(runtime, n) for n in range(per_client)])
         latencies: list[float] = []
         url = f"https://127.0.0.1:{port}/v1/events"
-        cpu_before = _cpu_seconds(listener.pid)
+        cpu_before = sum(_cpu_seconds(listener.pid) for listener in listeners)
         started = time.perf_counter()
         accepted = sum(
             await asyncio.gather(
@@ -207,12 +214,13 @@ async def main() -> None:
             )
         )
         elapsed = time.perf_counter() - started
-        listener_cpu = _cpu_seconds(listener.pid) - cpu_before
+        listener_cpu = sum(_cpu_seconds(listener.pid) for listener in listeners) - cpu_before
         quantiles = statistics.quantiles(latencies, n=100)
         print(
             json.dumps(
                 {
                     "clients": args.clients,
+                    "listeners": args.listeners,
                     "events_sent": per_client * args.clients,
                     "events_accepted": accepted,
                     "seconds": round(elapsed, 2),
@@ -236,8 +244,10 @@ async def main() -> None:
             )
         )
     finally:
-        listener.terminate()
-        listener.wait(timeout=15)
+        for listener in listeners:
+            listener.terminate()
+        for listener in listeners:
+            listener.wait(timeout=15)
         bus.stop()
     if args.profile:
         pstats.Stats(str(args.profile)).sort_stats("tottime").print_stats(25)

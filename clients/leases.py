@@ -1,8 +1,9 @@
 """coordination.k8s.io/v1 Leases held under an identity: client-go's resource lock, for every election of ours.
 
 The holder renews ``renewTime``; anyone may take over a lease not renewed for its
-``leaseDurationSeconds``; every write carries the resourceVersion read, so two candidates can
-never both win. Releasing empties the holder, so the next candidate need not wait out the
+``leaseDurationSeconds`` — timed on the candidate's own clock from when it last saw the lease change
+(client-go's observed time: ``renewTime`` is the holder's clock, and nodes' clocks differ); every
+write carries the resourceVersion read, so two candidates can never both win. Releasing empties the holder, so the next candidate need not wait out the
 duration. Who uses a lease decides what holding it means (the watcher's one sender, a
 reconciler's shard) and gives up strictly before it can expire.
 """
@@ -10,6 +11,7 @@ reconciler's shard) and gives up strictly before it can expire.
 import dataclasses
 import datetime
 import logging
+import time
 from typing import Any
 
 from clients import kube
@@ -28,12 +30,30 @@ def micro_time(moment: datetime.datetime) -> str:
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def expired(spec: dict[str, Any]) -> bool:
-    renewed = spec.get("renewTime")
-    if renewed is None:
-        return True
-    duration = datetime.timedelta(seconds=spec.get("leaseDurationSeconds") or 0)
-    return datetime.datetime.fromisoformat(renewed) + duration < now()
+@dataclasses.dataclass
+class _Seen:
+    version: str
+    since: float
+
+
+class Observer:
+    """Who holds leases by our clock: nobody once a lease went unchanged for its duration since we first saw it
+    so, or was released."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, _Seen] = {}
+
+    def holder(self, lease: dict[str, Any]) -> str | None:
+        now = time.monotonic()
+        name, version = lease["metadata"]["name"], lease["metadata"]["resourceVersion"]
+        seen = self._seen.get(name)
+        if seen is None or seen.version != version:
+            seen = self._seen[name] = _Seen(version, now)
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        if not holder or now - seen.since > float(spec.get("leaseDurationSeconds") or 0):
+            return None
+        return str(holder)
 
 
 @dataclasses.dataclass
@@ -48,6 +68,7 @@ class Lease:
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
     reachable: bool = False
     """Whether the last request got an answer."""
+    observer: Observer = dataclasses.field(default_factory=Observer)
 
     @property
     def path(self) -> str:
@@ -63,17 +84,16 @@ class Lease:
         }
 
     async def try_acquire(self) -> bool:
-        """Take the lease when it is free, expired (by its renewTime) or already ours; False when another holds it
-        or on error."""
+        """Take the lease when it is free, expired (unchanged for its duration, by our clock) or already ours; False
+        when another holds it or on error."""
         try:
             lease = await kube.get_or_none(self.api, self.path)
         except kube.KubeError as exc:
             self._failed(exc)
             return False
         self.reachable = True
-        spec = (lease or {}).get("spec") or {}
-        held_by = spec.get("holderIdentity")
-        if held_by and held_by != self.identity and not expired(spec):
+        held_by = None if lease is None else self.observer.holder(lease)
+        if held_by is not None and held_by != self.identity:
             return False
         return await self.take(lease)
 

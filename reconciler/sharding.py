@@ -22,7 +22,6 @@ covered. A killed replica's shards are taken over after the lease duration.
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Set
@@ -94,14 +93,6 @@ Ready = Callable[[], str | None]
 is a member."""
 
 SHARDS_LABEL = "reconciler.kyma-project.io/shards"
-
-
-@dataclasses.dataclass
-class _Observed:
-    """A lease as last seen: when (our clock) its resourceVersion last changed."""
-
-    version: str
-    since: float
 
 
 class ShardMetrics:
@@ -246,7 +237,7 @@ class _LeaseKeeper:
         self._renewed: dict[int, float] = {}
         """Held shards (draining ones too): when their last successful renewal was sent (our clock)."""
         self._draining: dict[int, asyncio.Task[None]] = {}
-        self._observed: dict[str, _Observed] = {}
+        self._observer = leases.Observer()
         self._cancelling: set[asyncio.Task[None]] = set()
 
     def _lease(self, name: str, labels: dict[str, str]) -> leases.Lease:
@@ -290,7 +281,7 @@ class _LeaseKeeper:
         listed = await self._bounded(self._list(), None)
         if listed is None:
             return  # the watchdog gives shards up if this lasts
-        holders = {name: self._holder(name, lease) for name, lease in listed.items()}
+        holders = {name: self._observer.holder(lease) for name, lease in listed.items()}
         for shard in sorted(self._renewed):  # taken over meanwhile: ours no longer, whatever placement says
             holder = (listed.get(self._shard_leases[shard].name) or {}).get("spec", {}).get("holderIdentity")
             if holder != self.identity:
@@ -360,19 +351,6 @@ class _LeaseKeeper:
             log.warning("shard leases unavailable", extra={"error": repr(exc)})
             return None
         return {lease["metadata"]["name"]: lease for lease in found.get("items") or []}
-
-    def _holder(self, name: str, lease: dict[str, Any]) -> str | None:
-        """Who holds ``lease`` by our clock: nobody once it went unchanged for its duration, or was released."""
-        now = asyncio.get_running_loop().time()
-        version = lease["metadata"]["resourceVersion"]
-        seen = self._observed.get(name)
-        if seen is None or seen.version != version:
-            seen = self._observed[name] = _Observed(version, now)
-        spec = lease.get("spec") or {}
-        holder = spec.get("holderIdentity")
-        if not holder or now - seen.since > float(spec.get("leaseDurationSeconds") or 0):
-            return None
-        return str(holder)
 
     async def _watch_deadlines(self, stop: asyncio.Event) -> None:
         """Shards not renewed for nearly a lease duration are given up at once, before anyone may take them."""

@@ -3,6 +3,7 @@
 import asyncio
 import collections
 import contextlib
+import datetime
 import functools
 import hashlib
 import json
@@ -122,7 +123,9 @@ async def _configmap(kcp: Kcp, runtime: str, name: str) -> dict[str, Any]:
 async def _holder(kcp: Kcp, prefix: str, shard: int) -> str | None:
     lease = await kube.get_or_none(kcp.api, leases.LEASES.object_path(kcp.namespace, f"{prefix}-shard-{shard}"))
     spec = (lease or {}).get("spec") or {}
-    return str(spec["holderIdentity"]) if spec.get("holderIdentity") and not leases.expired(spec) else None
+    renewed = spec.get("renewTime")
+    live = renewed and datetime.datetime.fromisoformat(renewed).timestamp() + spec["leaseDurationSeconds"] > time.time()
+    return str(spec["holderIdentity"]) if spec.get("holderIdentity") and live else None  # one clock here: wall time
 
 
 @pytest.mark.integration
@@ -428,3 +431,36 @@ async def test_a_replica_whose_loop_is_busy_for_longer_than_a_lease_keeps_its_sh
         assert lost == [0, 0], "no shard given up for late renewals"
         assert (a.held, b.held) == before
     assert overlaps == []
+
+
+@pytest.mark.integration
+async def test_a_replica_restarted_under_its_name_waits_out_the_leases_of_its_previous_process(
+    landscape: landscape_mod.Landscape, kcp: Kcp
+) -> None:
+    """A pod replaced under the same name (a StatefulSet) while its predecessor may still be finishing a reconcile:
+    a shard Lease held under that name is not simply taken as "ours" — it is waited out like any other."""
+    config = settings.ShardingSettings(
+        enabled=True,
+        shards=SHARDS,
+        namespace=kcp.namespace,
+        lease_prefix=f"p{uuid.uuid4().hex[:6]}",
+        lease_duration_seconds=3,
+        renew_interval_seconds=0.5,
+    )
+    predecessor = leases.Lease(
+        kcp.api,
+        kcp.namespace,
+        f"{config.lease_prefix}-shard-{sharding.SINGLETON_SHARD}",
+        identity="a",
+        duration_seconds=config.lease_duration_seconds,
+        labels={sharding.GROUP_LABEL: config.lease_prefix, sharding.SHARDS_LABEL: str(SHARDS)},
+    )
+    assert await predecessor.try_acquire()
+    overlaps: list[str] = []
+    async with _replica(kcp.api, config, "a", overlaps, []) as (a, _):
+        started = asyncio.get_running_loop().time()
+        await eventually(lambda: len(a.held) == SHARDS - 1, timeout=30, what="every shard but the predecessor's")
+        assert sharding.SINGLETON_SHARD not in a.held
+        await eventually(lambda: sharding.SINGLETON_SHARD in a.held, timeout=30, what="the predecessor's shard")
+        waited = asyncio.get_running_loop().time() - started
+        assert waited >= config.lease_duration_seconds, "held only once unchanged for the lease duration"
