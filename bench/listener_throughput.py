@@ -141,6 +141,7 @@ async def main() -> None:
     parser.add_argument("--nats-bench", type=Path, help="the NATS CLI binary, for the reference figure")
     parser.add_argument("--profile", type=Path, help="run the listener under cProfile, write the profile here")
     parser.add_argument("--listeners", type=int, default=1, help="listener processes sharing the port (default 1)")
+    parser.add_argument("--event-loop", choices=("uvloop", "asyncio"), default="uvloop", help="the listener's loop")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="kyma-bench-listener-"))
@@ -159,6 +160,7 @@ async def main() -> None:
     config = {
         "host": "127.0.0.1",
         "port": port,
+        "event_loop": args.event_loop,
         "modules": ["bench"],
         "default_runtime_modules": ["bench"],
         "tls": {"cert_file": str(work / "server.crt"), "key_file": str(work / "server.key")},
@@ -221,6 +223,7 @@ async def main() -> None:
                 {
                     "clients": args.clients,
                     "listeners": args.listeners,
+                    "event_loop": args.event_loop,
                     "events_sent": per_client * args.clients,
                     "events_accepted": accepted,
                     "seconds": round(elapsed, 2),

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pydantic
+import uvloop
 
 from kit import aio
 from listener import server, settings
@@ -40,8 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check_config:
         print("configuration is valid")
         return 0
+    loop_factory = uvloop.new_event_loop if config.event_loop == "uvloop" else None
     try:
-        asyncio.run(_serve(config))
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(_serve(config))
     except OSError as exc:
         print(f"kyma-listener: {exc}", file=sys.stderr)
         return 1

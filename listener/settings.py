@@ -120,6 +120,11 @@ class ListenerSettings(_Section):
         "fleet (an idle watcher reconnects for its heartbeat, once a minute)",
     )
     identity: IdentitySettings = IdentitySettings()
+    event_loop: Literal["uvloop", "asyncio"] = Field(
+        default="uvloop",
+        description="uvloop: TLS and sockets in libuv (measured by bench/listener_throughput.py); asyncio: the "
+        "standard library's loop",
+    )
     upstream_components: dict[UpstreamComponentField, ids.ModuleNameField] = Field(
         default_factory=dict,
         description="for runtimes still running Kyma's upstream runtime-watcher: its <component> in "

@@ -74,7 +74,8 @@ class Controller(abc.ABC, Generic[K]):
         """Every key, for the start and the periodic resync."""
 
     def runtime_of(self, key: K) -> str | None:
-        """The one runtime a key's reconcile is about, for the per-runtime error count (None: not one)."""
+        """The runtime whose owner reconciles ``key`` when reconcilers are sharded (None: the singleton shard's
+        holder), and whose error count a failure raises."""
         return None
 
     def admits(self, key: K) -> bool:

@@ -244,7 +244,14 @@ def sync_resource_crd() -> dict[str, Any]:
                     {
                         "rule": "has(self.kyma) != has(self.target)",
                         "message": "set exactly one of spec.kyma and spec.target",
-                    }
+                    },
+                    {
+                        # Every pass of a SyncResource for one runtime runs in that runtime's reconciler replica: a
+                        # new kyma would move it to another while the old one may still be writing.
+                        "rule": "has(self.kyma) == has(oldSelf.kyma) && (!has(self.kyma) || self.kyma == oldSelf.kyma)",
+                        "message": "spec.kyma cannot change (nor can a SyncResource switch between kyma and target): "
+                        "create a new SyncResource and delete this one",
+                    },
                 ],
                 "properties": {
                     "kyma": {

@@ -110,8 +110,6 @@ class Loaded:
     """Shard -> the SyncRecord object as read."""
     legacy: bool
     """Some records are still in ``status.applied`` (moved on the next successful save and status write)."""
-    complete: bool = True
-    """Every shard had readable states: a pass over one runtime may rely on the others' as saved."""
 
 
 class RecordStore:
@@ -137,7 +135,6 @@ class RecordStore:
         records: list[model.AppliedRef] = []
         states: States = {}
         errors: dict[str, str] = {}
-        complete = True
         for obj in listing:
             shard = (obj.get("spec") or {}).get("shard")
             name = obj["metadata"]["name"]
@@ -150,15 +147,15 @@ class RecordStore:
                 continue
             shards[shard] = obj
             records.extend(entries)
-            try:  # states only inform the status: unreadable ones cost a pass over every runtime, never records
+            try:  # states only inform the status: unreadable ones are written again by the next pass, never cost records
                 states.update(_load_states(obj["spec"]["states"]))
                 errors.update({str(r): str(m) for r, m in (obj["spec"].get("errors") or {}).items()})
             except (KeyError, ValueError, TypeError, AttributeError):
-                complete = False
+                log.warning("unreadable item states in a SyncRecord", extra={"record": name})
         # Records an earlier version kept in status.applied count until the status write that drops them.
         earlier = model.applied_refs(resource.get("status"))
         merged = [*records, *(r for r in earlier if r not in records)]
-        return Loaded(merged, states, errors, shards, legacy=bool(earlier), complete=complete)
+        return Loaded(merged, states, errors, shards, legacy=bool(earlier))
 
     async def save(
         self,
@@ -171,7 +168,7 @@ class RecordStore:
         visited: Set[str],
     ) -> int:
         """Write every shard whose records or states changed, drop those left empty; RecordsError if any could not be.
-        The number of records stored after (another pass's included).
+        The number of records stored after, including what other passes saved before ours.
 
         ``visited``: the runtimes this pass reconciled. Every write is conditional on the shard as loaded; when
         another pass wrote it meanwhile (another replica, a pass over one runtime beside one over all), the shard
@@ -306,9 +303,9 @@ class Content:
 def merged(base: Content, ours: Content, theirs: Content, visited: Set[str]) -> Content:
     """Our pass's content over another's that was written since we read ``base``: ours for the runtimes we
     visited, with any records the other added there meanwhile; theirs for every other runtime."""
-    before = {_identity(entry) for entry in base.applied}
-    kept = [e for e in theirs.applied if e.get("runtime") not in visited or _identity(e) not in before]
-    applied = {_identity(e): e for e in [*kept, *(e for e in ours.applied if e.get("runtime") in visited)]}
+    before = {_entry_key(entry) for entry in base.applied}
+    kept = [e for e in theirs.applied if e.get("runtime") not in visited or _entry_key(e) not in before]
+    applied = {_entry_key(e): e for e in [*kept, *(e for e in ours.applied if e.get("runtime") in visited)]}
     return Content(
         sorted(applied.values(), key=lambda e: (e.get("runtime", ""), e.get("item", ""), e.get("name", ""))),
         dict(sorted({**_others(theirs.states, visited), **_visited(ours.states, visited)}.items())),
@@ -327,7 +324,7 @@ def _visited(by_runtime: dict[str, V], visited: Set[str]) -> dict[str, V]:
     return {runtime: value for runtime, value in by_runtime.items() if runtime in visited}
 
 
-def _identity(entry: dict[str, Any]) -> str:
+def _entry_key(entry: dict[str, Any]) -> str:
     return json.dumps(entry, sort_keys=True)
 
 

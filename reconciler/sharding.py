@@ -12,8 +12,9 @@ assignment: balance without a coordinator).
 Exclusivity comes from the Leases, not from agreement: a shard is taken only when it is free,
 released, or its holder has not renewed it for the lease duration — measured on this replica's
 own clock from when it last saw the lease change (client-go's observed time, immune to clock
-skew between replicas). A holder that cannot renew gives the shard up, cancelling its running
-reconciles, a renew interval before anyone may take it; a shard given away because a new
+skew between replicas). A holder that cannot renew gives the shard up a renew interval before
+anyone may take it: no new work on it from then, and its running reconciles are cancelled as soon
+as the controllers' loop gets to it (the Leases live on a thread of their own); a shard given away because a new
 replica should hold it is released only after its running reconciles finished (or were
 cancelled after the hand-over grace). The new holder reconciles all of the shard's keys from the
 start: reconciles are level-based, so whatever events the old holder had not finished are
@@ -21,9 +22,10 @@ covered. A killed replica's shards are taken over after the lease duration.
 """
 
 import asyncio
-import concurrent.futures
+import contextlib
 import hashlib
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Set
 from typing import Any, TypeVar
 
@@ -145,23 +147,35 @@ class Shards:
     async def run(self, *, stop: asyncio.Event) -> None:
         """Until ``stop`` (or cancelled); then every shard is handed over (renewed until its reconciles ended)."""
         controllers = asyncio.get_running_loop()
-        own: concurrent.futures.Future[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = concurrent.futures.Future()
-        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shard-leases")
+        leases_loop = asyncio.new_event_loop()
+        leaving = asyncio.Event()  # bound to the lease thread's loop, where it is waited for and set
+        kept: asyncio.Future[None] = controllers.create_future()
+
+        def keep() -> None:
+            outcome: BaseException | None = None
+            try:
+                with asyncio.Runner(loop_factory=lambda: leases_loop) as runner:
+                    runner.run(self._keep(controllers, leaving))
+            except BaseException as exc:  # told to the controllers' loop, which raises it from run()
+                outcome = exc
+            with contextlib.suppress(RuntimeError):  # the controllers' loop is gone: nobody waits any more
+                controllers.call_soon_threadsafe(_settle, kept, outcome)
+
+        # A daemon: a process whose controllers' loop ended abruptly must still exit (its leases then expire).
+        threading.Thread(target=keep, name=f"shard-leases-{self.identity}", daemon=True).start()
         mirror = asyncio.create_task(self._mirror_readiness())
-        keeping = controllers.run_in_executor(pool, asyncio.run, self._keep(controllers, own))
         stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
         try:
-            await asyncio.wait([stopped, keeping], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([stopped, kept], return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopped.cancel()
-            if not keeping.done():
-                loop, leaving = await asyncio.wrap_future(own)
-                loop.call_soon_threadsafe(leaving.set)
+            if not kept.done():
+                with contextlib.suppress(RuntimeError):  # the lease loop closed meanwhile
+                    leases_loop.call_soon_threadsafe(leaving.set)
             try:
-                await keeping
+                await kept
             finally:
                 mirror.cancel()
-                pool.shutdown(wait=False)
 
     async def _mirror_readiness(self) -> None:
         while True:
@@ -174,14 +188,8 @@ class Shards:
             self._ready_now = why_not is None
             await asyncio.sleep(self._config.renew_interval_seconds / 4)
 
-    async def _keep(
-        self,
-        controllers: asyncio.AbstractEventLoop,
-        own: "concurrent.futures.Future[tuple[asyncio.AbstractEventLoop, asyncio.Event]]",
-    ) -> None:
+    async def _keep(self, controllers: asyncio.AbstractEventLoop, leaving: asyncio.Event) -> None:
         """On the lease thread, until ``leaving`` is set from the controllers' loop."""
-        leaving = asyncio.Event()
-        own.set_result((asyncio.get_running_loop(), leaving))
 
         async def releasing(grace: float | None) -> None:
             await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._releasing(grace), controllers))
@@ -201,6 +209,15 @@ class Shards:
                 ready=lambda: self._ready_now,
             )
             await keeper.run(stop=leaving)
+
+
+def _settle(future: "asyncio.Future[None]", outcome: BaseException | None) -> None:
+    if future.done():
+        return
+    if outcome is None:
+        future.set_result(None)
+    else:
+        future.set_exception(outcome)
 
 
 class _LeaseKeeper:
@@ -386,10 +403,18 @@ class _LeaseKeeper:
             self._draining[shard] = asyncio.create_task(self._release_when_drained(shard))
 
     async def _release_when_drained(self, shard: int) -> None:
-        await self._releasing(None)
-        if self._renewed.pop(shard, None) is not None:
-            await self._bounded(self._shard_leases[shard].release(), None)
-            self._metrics.handovers.labels("released").inc()
-            log.info("shard handed over", extra={"shard": shard, "identity": self.identity})
-        self._draining.pop(shard, None)
-        self._metrics.held.set(len(self._renewed))
+        try:
+            await self._releasing(None)
+        except Exception:
+            # Whether its reconciles ended is unknown: not released, no longer renewed — it expires, and the
+            # watchdog's margin is all a late reconcile gets.
+            log.exception("shard hand-over failed; the lease is left to expire", extra={"shard": shard})
+            self._renewed.pop(shard, None)
+        else:
+            if self._renewed.pop(shard, None) is not None:
+                await self._bounded(self._shard_leases[shard].release(), None)
+                self._metrics.handovers.labels("released").inc()
+                log.info("shard handed over", extra={"shard": shard, "identity": self.identity})
+        finally:
+            self._draining.pop(shard, None)
+            self._metrics.held.set(len(self._renewed))

@@ -76,11 +76,9 @@ class SyncResourceController(controller.Controller[Key]):
         return await self.reconciler.reconcile(key)
 
     def runtime_of(self, key: Key) -> str | None:
-        """A pass over one runtime, and every pass of a SyncResource for a single runtime, are that runtime's
-        owner's (10,000 of those must not all land on one replica); the passes over a group's runtimes and its
-        status sums are the singleton shard's."""
-        if key.runtime is not None:
-            return key.runtime
+        """Every pass of a SyncResource runs in one replica (so that none visits a runtime another pass is visiting):
+        a SyncResource for one runtime is that runtime's owner's (10,000 of those must not all land on one replica;
+        ``spec.kyma`` is immutable, so it never moves), a group is the singleton shard's."""
         kyma = ((self.resources.get(key.name, key.namespace) or {}).get("spec") or {}).get("kyma")
         return kyma if isinstance(kyma, str) else None
 
@@ -158,7 +156,8 @@ class SyncResourceController(controller.Controller[Key]):
         )
 
     def _records_changed(self, change: informer.Change) -> None:
-        """Index a SyncRecord's entries: an event about one of them reaches its SyncResource."""
+        """Index a SyncRecord's entries (an event about one of them reaches its SyncResource); new saved states
+        queue the SyncResource's status sum."""
         record = (change.current["metadata"]["namespace"], change.current["metadata"]["name"])
         previous = self._placed_by_record.pop(record, None)
         if previous is not None:

@@ -44,7 +44,9 @@ GONE = "gone: "
 """How an item whose object is gone for good says so (Delete, UpdateAndDelete): it is orphaned, to be removed."""
 _EVENTS_PER_RECONCILE = 10
 _BUSY_RETRY = 1.0
-"""When another pass of the same SyncResource runs, a key comes back after this long (doubling while busy)."""
+"""When a pass of the same SyncResource that excludes this one runs, a key comes back after this long (doubling
+while busy)."""
+_MAKE_WAY_SECONDS = 5 * _BUSY_RETRY
 _MESSAGE_LIMIT = 512
 _SUMMARY_KEYS = ("summary", "detailsOmitted", "itemCount", "runtimeCount", "ready")
 _FAN_OUT_SHARE = 0.8
@@ -74,6 +76,39 @@ class Key:
             + (f"@{self.runtime}" if self.runtime else "")
             + ("#status" if self.status_only else "")
         )
+
+
+@dataclasses.dataclass
+class _Passes:
+    """The passes of one SyncResource running now: several over single runtimes together, or one alone."""
+
+    single: int = 0
+    alone: bool = False
+    alone_wanted_at: float | None = None
+    """When a pass that must run alone was last turned away: passes over single runtimes make way for it for a
+    while (a steady stream of drift events would starve it otherwise)."""
+
+    def enter(self, *, alone: bool, now: float) -> bool:
+        if alone:
+            if self.alone or self.single:
+                self.alone_wanted_at = now
+                return False
+            self.alone, self.alone_wanted_at = True, None
+            return True
+        making_way = self.alone_wanted_at is not None and now - self.alone_wanted_at < _MAKE_WAY_SECONDS
+        if self.alone or making_way:
+            return False
+        self.single += 1
+        return True
+
+    def leave(self, *, alone: bool) -> None:
+        if alone:
+            self.alone = False
+        else:
+            self.single -= 1
+
+    def idle(self) -> bool:
+        return not self.alone and not self.single
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,29 +194,27 @@ class SyncResourceReconciler:
         self._orphans = OrphanCount(shared.registry)
         self._runtime_errors = shared.queue_metrics.runtime_errors.labels
         self._records = records.RecordStore(shared.kcp)
-        self._locks: dict[Key, asyncio.Lock] = {}
+        self._passes: dict[Key, _Passes] = {}
         self._finished: set[Key] = set()
-        """SyncResources found gone: their lock is dropped once released."""
+        """SyncResources found gone: their pass gate is dropped once no pass runs."""
 
     async def reconcile(self, key: Key) -> workqueue.Result:
+        # Every pass of a SyncResource runs in the replica that owns it (its runtime's owner for a SyncResource for
+        # one runtime, the singleton shard's holder for a group): here, passes over different single runtimes run
+        # together (each visits its own runtime; their records merge), a pass over all runtimes, a status sum or the
+        # finalizer runs alone. A pass never waits: waiting would eat into its own time limit.
+        passes = self._passes.setdefault(key.whole, _Passes())
+        if not passes.enter(alone=key.runtime is None, now=asyncio.get_running_loop().time()):
+            return workqueue.Result(requeue_after=_BUSY_RETRY)
         try:
-            if key.runtime is not None:
-                # Passes over single runtimes run at once, here and on other replicas: their records are saved
-                # merged with whatever another pass saved meanwhile.
-                return await self._reconcile(key)
-            # One pass over all runtimes (or the status) at a time per SyncResource.
-            lock = self._locks.setdefault(key.whole, asyncio.Lock())
-            if lock.locked():  # not waiting: waiting would eat into this pass's own time limit
-                return workqueue.Result(requeue_after=_BUSY_RETRY)
-            try:
-                async with lock:
-                    return await self._reconcile(key)
-            finally:
-                if key.whole in self._finished and not lock.locked():
-                    self._finished.discard(key.whole)
-                    self._locks.pop(key.whole, None)
+            return await self._reconcile(key)
         except (kube.KubeError, records.RecordsError) as exc:  # KCP failed us (or changed under us): retry, backing off
             return workqueue.Result.failed(f"{key}: {exc}")
+        finally:
+            passes.leave(alone=key.runtime is None)
+            if key.whole in self._finished and passes.idle():
+                self._finished.discard(key.whole)
+                self._passes.pop(key.whole, None)
 
     async def _reconcile(self, key: Key) -> workqueue.Result:
         resource = await kube.get_or_none(self._kcp, crds.SYNC_RESOURCE.object_path(key.namespace, key.name))
@@ -213,9 +246,7 @@ class SyncResourceReconciler:
             await self._write_status(resource, state=model.State.FORBIDDEN, message=message, items=[])
             return workqueue.Result()
         if key.status_only:
-            loaded = await self._records.load(resource)
-            if not loaded.complete:  # states unreadable somewhere: only a pass over every runtime finds them again
-                return await self._pass_over_all(owner, resource, spec, policy)
+            loaded = await self._records.load(resource)  # unreadable states count as none until a pass saves them
             placements = self._placements(spec, policy, {a.runtime for a in loaded.records})
             await self._sum_up(resource, spec, placements, loaded, {}, synced=_synced(resource))
             return workqueue.Result()
@@ -238,10 +269,11 @@ class SyncResourceReconciler:
         self, owner: Owner, resource: dict[str, Any], spec: model.Spec, policy: tenancy.Policy, runtime: str
     ) -> workqueue.Result:
         """One runtime reconciled, reading and writing only its SyncRecord shard; the status is summed up by a
-        ``status_only`` pass that the changed SyncRecord triggers (on the replica holding the singleton shard)."""
+        ``status_only`` pass that the changed SyncRecord triggers."""
         loaded = await self._records.load(resource, runtime=runtime)
         placements = self._placements(spec, policy, {a.runtime for a in loaded.records}, only=runtime)
         outcome_of = await self._visit(owner, spec, policy, placements, loaded.records)
+        self._count_failures(resource, outcome_of)
         mine = outcome_of.get(runtime) or RuntimeOutcome([], [])
         await self._announce_actions(resource, outcome_of)
         states = {r: s for r, s in loaded.states.items() if r != runtime} | (
@@ -463,8 +495,8 @@ class SyncResourceReconciler:
         return outcomes
 
     def _count_failures(self, resource: dict[str, Any], outcome_of: dict[str, RuntimeOutcome]) -> None:
-        """Per runtime failing in a group's pass (a failing pass over one runtime, or of a SyncResource for one
-        runtime, is counted by the queue)."""
+        """Per runtime failing in a group's pass (a failing pass of a SyncResource for one runtime is counted by the
+        queue, which knows its runtime)."""
         if isinstance((resource.get("spec") or {}).get("kyma"), str):
             return
         for runtime, outcome in outcome_of.items():

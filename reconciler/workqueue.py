@@ -10,6 +10,10 @@ A key that asks to come back (``requeue_after``, e.g. an object still being dele
 after that long, doubling each time it asks again, up to a minute.
 Each reconcile runs under a timeout and a catch-all guard.
 
+Keys queued in bulk by a resync, the start or a shard just acquired wait in a background lane:
+a key an event or a change asks for is taken first. ``add_later`` queues keys after a delay,
+collapsing a run of triggers into one reconcile.
+
 A queue may admit only some keys (``admits``: a sharded replica's runtimes): others are dropped
 when added or when their turn comes, their waiters answered "ok" (the owner reconciles them);
 ``relinquish`` drops what is no longer admitted and waits for, then cancels, its running reconciles.
@@ -275,19 +279,19 @@ class WorkQueue(Generic[K]):
             self._waiters.clear()
 
     async def _next(self) -> K | None:
-        while not (self._ready or self._background):
+        while True:
+            while not (self._ready or self._background):
+                if self._stopping:
+                    return None
+                self._wake.clear()
+                await self._wake.wait()
             if self._stopping:
                 return None
-            self._wake.clear()
-            await self._wake.wait()
-        if self._stopping:
-            return None
-        key, _ = (self._ready or self._background).popitem(last=False)
-        self._depth.set(len(self._ready) + len(self._background))
-        if not self._admits(key):  # handed over while it waited
-            self._forget(key)
-            return await self._next()
-        return key
+            key, _ = (self._ready or self._background).popitem(last=False)
+            self._depth.set(len(self._ready) + len(self._background))
+            if self._admits(key):
+                return key
+            self._forget(key)  # handed over while it waited
 
     async def _work(self) -> None:
         while (key := await self._next()) is not None:

@@ -134,8 +134,8 @@ async def test_replicas_share_the_runtimes_and_a_killed_one_is_taken_over_withou
 ) -> None:
     """Three real replicas (processes) hold all shards between them. The one holding the singleton shard (passes
     over every runtime) is killed (SIGKILL: nothing released); a change made right then is applied by the replica
-    taking shard 0 over; a drift event reaches the owner of its runtime through that replica's own durable, and
-    the owner resets it. The synced ConfigMap is sampled throughout:
+    taking shard 0 over; a drift event reaches it through its own durable. A SyncResource for one runtime is then
+    reconciled by that runtime's owner alone. The synced ConfigMap is sampled throughout:
     never absent, never recreated."""
     prefix, durables = f"t{uuid.uuid4().hex[:6]}", f"test-{uuid.uuid4().hex[:6]}"
     ports = {identity: net.free_port() for identity in ("r0", "r1", "r2")}
@@ -199,11 +199,9 @@ async def test_replicas_share_the_runtimes_and_a_killed_one_is_taken_over_withou
                 await eventually(lambda: _everywhere(kcp, "shared", "v2"), timeout=60, what="the change applied")
                 applied = asyncio.get_running_loop().time() - killed_at
                 await eventually(lambda: held(survivors) == SHARDS, timeout=30, what="the survivors hold every shard")
-                # The drift's pass over skr-1 is the work of skr-1's owner, not of the singleton shard's holder.
                 placed = sharding.placement(SHARDS, survivors)
                 owner = placed[sharding.shard_of("skr-1", SHARDS)]
                 assert owner != placed[sharding.SINGLETON_SHARD], "the identities are chosen so that these differ"
-                passes_before = _scrape(ports[owner], "kyma_reconciler_reconciles_total", controller="sync_resources")
                 async with pipeline(_synced_configmaps(kcp), ["kyma-sync"]):
                     await kube.request(
                         kcp.skrs["skr-1"],
@@ -214,9 +212,7 @@ async def test_replicas_share_the_runtimes_and_a_killed_one_is_taken_over_withou
                         content_type="application/merge-patch+json",
                     )
                     await eventually(lambda: _everywhere(kcp, "shared", "v2"), timeout=30, what="the drift reset")
-                passes = _scrape(ports[owner], "kyma_reconciler_reconciles_total", controller="sync_resources")
-                assert passes > passes_before, f"{owner}, owning skr-1, reset its drift"
-                # A SyncResource for skr-1 alone is wholly its owner's.
+                # A SyncResource for skr-1 alone is wholly skr-1's owner's, not the singleton shard holder's.
                 singleton = placed[sharding.SINGLETON_SHARD]
                 before = {
                     i: _scrape(ports[i], "kyma_reconciler_reconciles_total", controller="sync_resources")

@@ -398,6 +398,17 @@ async def test_a_single_runtime_sync_resource_is_labelled_with_its_kyma(
     assert labels[wire.KYMA_NAME_LABEL] == "skr-2"
 
 
+async def test_the_runtime_of_a_single_runtime_sync_resource_cannot_change(kcp: Kcp) -> None:
+    """All passes of a SyncResource for one runtime run in that runtime's reconciler replica: a new spec.kyma would
+    move it to another replica while the first may still write. The apiserver refuses it, and a switch to a group."""
+    await kcp.create("fixed", {"kyma": "skr-1", "items": [kcp.configmap("cm-fixed", {"k": "v"})]})
+    with pytest.raises(kube.InvalidError, match=r"spec\.kyma cannot change"):
+        await kcp.patch_spec("fixed", {"kyma": "skr-2"})
+    with pytest.raises(kube.InvalidError, match=r"spec\.kyma cannot change"):
+        await kcp.patch_spec("fixed", {"kyma": None, "target": {"selector": {}}})
+    await kcp.patch_spec("fixed", {"items": [kcp.configmap("cm-fixed", {"k": "w"})]})  # the rest may change
+
+
 def _ours() -> dict[str, Any]:
     return {"labels": {"test": "pre-existing"}}
 

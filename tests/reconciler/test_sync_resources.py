@@ -14,7 +14,7 @@ from clients import kube
 from contract import wire
 from devenv import net
 from pki import kubeconfigs, pki
-from reconciler import controller, crds
+from reconciler import controller, crds, sync_resources
 
 from ..waiting import eventually, more_reconciles
 from .conftest import Kcp, bind, label_kyma, register_runtime
@@ -331,3 +331,19 @@ async def _state_is(kcp: Kcp, name: str, state: str) -> bool:
 
 async def _gone(kcp: Kcp, name: str) -> bool:
     return await kcp.get(name) is None
+
+
+def test_passes_over_single_runtimes_run_together_and_a_pass_over_all_alone() -> None:
+    """The gate of one SyncResource's passes in its replica: passes over different runtimes together (each visits
+    its own), a pass over all runtimes (or a status sum, or the finalizer) alone — and one turned away is let in
+    next: passes over single runtimes make way for it for a while."""
+    passes = sync_resources._Passes()
+    assert passes.enter(alone=False, now=0) and passes.enter(alone=False, now=0)
+    assert not passes.enter(alone=True, now=1), "not while passes over single runtimes run"
+    assert not passes.enter(alone=False, now=2), "making way for the pass over all"
+    passes.leave(alone=False)
+    passes.leave(alone=False)
+    assert passes.idle() and passes.enter(alone=True, now=3)
+    assert not passes.enter(alone=False, now=4) and not passes.enter(alone=True, now=4)
+    passes.leave(alone=True)
+    assert passes.enter(alone=False, now=4 + sync_resources._MAKE_WAY_SECONDS + 1)
