@@ -235,6 +235,9 @@ def sync_resource_crd() -> dict[str, Any]:
     schema = {
         "type": "object",
         "description": "Objects KCP keeps in one runtime or a group of runtimes (kyma-sync).",
+        # Required: a rule comparing with oldSelf is skipped when the old value is absent, so a spec that could
+        # be removed and added back would let spec.kyma change after all.
+        "required": ["spec"],
         "properties": {
             "spec": {
                 "type": "object",

@@ -5,9 +5,9 @@ object (or its status) may hold. They live in SyncRecord objects next to the Syn
 namespace, owned by it, labelled with its uid), each holding the records of the runtimes that
 hash to its shard — and the item states last seen there, so the status can be summed up after a
 pass over one runtime as well as after a pass over all — so a reconcile rewrites only the shards
-that changed, and a pass over one runtime reads and writes only that runtime's shard. Passes run at
-once (on several replicas): every write is conditional on the version read, and a conflict is
-merged three ways (``merged``). Records are read from the
+that changed, and a pass over one runtime reads and writes only that runtime's shard. Passes over
+different runtimes run at once: every write is conditional on the version read, and a conflict
+is merged three ways (``merged``). Records are read from the
 apiserver at the start of every reconcile, never from a cache: a record missed because a cache
 was behind would be an object never released.
 
@@ -171,7 +171,7 @@ class RecordStore:
         The number of records stored after, including what other passes saved before ours.
 
         ``visited``: the runtimes this pass reconciled. Every write is conditional on the shard as loaded; when
-        another pass wrote it meanwhile (another replica, a pass over one runtime beside one over all), the shard
+        another pass wrote it meanwhile (a pass over another runtime of the same shard), the shard
         is merged three ways and written again: this pass's records, states and errors for the runtimes it
         visited, plus records the other added there meanwhile (a forgotten record is an object never released;
         one too many only costs a release that finds nothing), and the other's for every runtime else.

@@ -2,8 +2,8 @@
 
 A runtime belongs to shard ``sha256(runtime) % shards``; each shard is a Lease in KCP, and only
 its holder reconciles that shard's runtimes (watcher events about other runtimes are acked and
-left to their owner). Shard 0's holder also runs the keys that name no single runtime (a group
-SyncResource's pass over all its runtimes, its status sum). Who
+left to their owner). Shard 0's holder also runs what belongs to no single runtime: every pass of
+a group SyncResource. Who
 should hold a shard is decided by rendezvous hashing over the live replicas — each keeps a
 member Lease — so every replica computes the same answer and a membership change moves only the
 shards of the replica that came or went (as Argo CD's cluster sharding or Kafka's sticky

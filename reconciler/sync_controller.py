@@ -10,8 +10,9 @@ Triggers, each naming SyncResource keys:
 - a SyncRecord whose saved states changed: the SyncResource's status sum (``status_only``);
 - the periodic resync of everything, spread with jitter.
 
-A key naming a runtime (and every key of a SyncResource for a single runtime) belongs to that
-runtime's owner when reconcilers are sharded; the rest to the singleton shard's holder.
+Sharded, every key of a SyncResource for one runtime belongs to that runtime's owner, every key
+of a group SyncResource to the singleton shard's holder: all passes of one SyncResource run in
+one replica.
 """
 
 import collections
@@ -74,6 +75,13 @@ class SyncResourceController(controller.Controller[Key]):
 
     async def reconcile(self, key: Key) -> workqueue.Result:
         return await self.reconciler.reconcile(key)
+
+    def admits(self, key: Key) -> bool:
+        """Sharded, a SyncResource this replica's cache does not hold (yet) is nobody's here: its owner is unknown,
+        and the cache's ADDED queues its key anyway."""
+        if self.shared.ownership.shards is not None and self.resources.get(key.name, key.namespace) is None:
+            return False
+        return super().admits(key)
 
     def runtime_of(self, key: Key) -> str | None:
         """Every pass of a SyncResource runs in one replica (so that none visits a runtime another pass is visiting):

@@ -46,7 +46,9 @@ _EVENTS_PER_RECONCILE = 10
 _BUSY_RETRY = 1.0
 """When a pass of the same SyncResource that excludes this one runs, a key comes back after this long (doubling
 while busy)."""
-_MAKE_WAY_SECONDS = 5 * _BUSY_RETRY
+_MAKE_WAY_SECONDS = 65.0
+"""Longer than the queue lets a key that keeps asking to come back wait (a minute): a pass turned away finds the
+way made when it comes back, however often it was turned away before."""
 _MESSAGE_LIMIT = 512
 _SUMMARY_KEYS = ("summary", "detailsOmitted", "itemCount", "runtimeCount", "ready")
 _FAN_OUT_SHARE = 0.8
@@ -64,7 +66,7 @@ class Key:
     runtime: str | None = None
     status_only: bool = False
     """Sum the status up from the states its passes saved, visiting no runtime (after passes over one runtime,
-    which do not write the status: they run on whichever replica owns their runtime)."""
+    which do not write the status: several run at once)."""
 
     @property
     def whole(self) -> "Key":
@@ -85,8 +87,8 @@ class _Passes:
     single: int = 0
     alone: bool = False
     alone_wanted_at: float | None = None
-    """When a pass that must run alone was last turned away: passes over single runtimes make way for it for a
-    while (a steady stream of drift events would starve it otherwise)."""
+    """When a pass that must run alone was last turned away: passes over single runtimes make way for it until it
+    entered (a steady stream of drift events would starve it otherwise), or for a while if it never comes back."""
 
     def enter(self, *, alone: bool, now: float) -> bool:
         if alone:
@@ -219,10 +221,12 @@ class SyncResourceReconciler:
     async def _reconcile(self, key: Key) -> workqueue.Result:
         resource = await kube.get_or_none(self._kcp, crds.SYNC_RESOURCE.object_path(key.namespace, key.name))
         if resource is None:
-            if key == key.whole:
-                self._orphans.count(key, 0)
-                self._finished.add(key)
+            self._orphans.count(key.whole, 0)
+            self._finished.add(key.whole)
             return workqueue.Result()
+        kyma = (resource.get("spec") or {}).get("kyma")
+        if not self._shared.ownership.owns(kyma if isinstance(kyma, str) else None):
+            return workqueue.Result()  # the cache that routed the key was behind the object: its owner reconciles it
         owner = Owner(key.whole, resource["metadata"]["uid"])
         if resource["metadata"].get("deletionTimestamp"):
             if key != key.whole:

@@ -406,6 +406,8 @@ async def test_the_runtime_of_a_single_runtime_sync_resource_cannot_change(kcp: 
         await kcp.patch_spec("fixed", {"kyma": "skr-2"})
     with pytest.raises(kube.InvalidError, match=r"spec\.kyma cannot change"):
         await kcp.patch_spec("fixed", {"kyma": None, "target": {"selector": {}}})
+    with pytest.raises(kube.InvalidError, match="spec: Required"):  # a rule against oldSelf skips an absent old
+        await kube.merge_patch(kcp.api, kcp.path("fixed"), {"spec": None})
     await kcp.patch_spec("fixed", {"items": [kcp.configmap("cm-fixed", {"k": "w"})]})  # the rest may change
 
 
