@@ -261,6 +261,18 @@ def _synced_configmaps(kcp: Kcp) -> list[dict[str, Any]]:
     ]
 
 
+def _sharding(kcp: Kcp, *, lease: float, renew: float) -> settings.ShardingSettings:
+    """Short leases in a prefix of the test's own: in-process replicas, no other test's leases in sight."""
+    return settings.ShardingSettings(
+        enabled=True,
+        shards=SHARDS,
+        namespace=kcp.namespace,
+        lease_prefix=f"p{uuid.uuid4().hex[:6]}",
+        lease_duration_seconds=lease,
+        renew_interval_seconds=renew,
+    )
+
+
 class FreezableProxy:
     """A TCP relay to KCP that can stop passing bytes: a replica cut off from KCP, its requests hanging."""
 
@@ -356,14 +368,7 @@ async def test_a_holder_cut_off_from_kcp_gives_its_shards_up_before_another_take
     """Replica a reaches KCP through a relay that then stops passing bytes (its requests hang, nothing fails
     fast); b takes every shard over, and never one a still holds. A replica that is not ready holds nothing
     until it is. Back in touch, a is handed shards again, again never one b still holds."""
-    config = settings.ShardingSettings(
-        enabled=True,
-        shards=SHARDS,
-        namespace=kcp.namespace,
-        lease_prefix=f"p{uuid.uuid4().hex[:6]}",
-        lease_duration_seconds=4,
-        renew_interval_seconds=1,
-    )
+    config = _sharding(kcp, lease=4, renew=1)
     kubeconfig = landscape.kcp.admin_kubeconfig()
     server = urllib.parse.urlsplit(kubeconfig["clusters"][0]["cluster"]["server"])
     proxy = FreezableProxy((server.hostname or net.LOOPBACK, server.port or 443))
@@ -403,14 +408,7 @@ async def test_a_replica_whose_loop_is_busy_for_longer_than_a_lease_keeps_its_sh
     """The controllers' loop blocked for twice the lease duration (at 10,000 runtimes a relist or a burst of
     reconciles did that): the shard leases are renewed meanwhile from their own thread, so no replica gives a
     shard up or takes another's — the work waits, the membership does not."""
-    config = settings.ShardingSettings(
-        enabled=True,
-        shards=SHARDS,
-        namespace=kcp.namespace,
-        lease_prefix=f"p{uuid.uuid4().hex[:6]}",
-        lease_duration_seconds=3,
-        renew_interval_seconds=0.5,
-    )
+    config = _sharding(kcp, lease=3, renew=0.5)
     overlaps: list[str] = []
     owners: list[sharding.Ownership] = []
     registries = [CollectorRegistry(), CollectorRegistry()]
@@ -435,14 +433,7 @@ async def test_a_replica_restarted_under_its_name_waits_out_the_leases_of_its_pr
 ) -> None:
     """A pod replaced under the same name (a StatefulSet) while its predecessor may still be finishing a reconcile:
     a shard Lease held under that name is not simply taken as "ours" — it is waited out like any other."""
-    config = settings.ShardingSettings(
-        enabled=True,
-        shards=SHARDS,
-        namespace=kcp.namespace,
-        lease_prefix=f"p{uuid.uuid4().hex[:6]}",
-        lease_duration_seconds=3,
-        renew_interval_seconds=0.5,
-    )
+    config = _sharding(kcp, lease=3, renew=0.5)
     predecessor = leases.Lease(
         kcp.api,
         kcp.namespace,
