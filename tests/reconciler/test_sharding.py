@@ -283,14 +283,22 @@ class FreezableProxy:
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
         self._writers: list[asyncio.StreamWriter] = []
+        self._connecting: set[asyncio.Task[None]] = set()
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(self._relay, net.LOOPBACK, 0)
         return int(self._server.sockets[0].getsockname()[1])
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self._upstream)
-        self._writers += [writer, up_writer]
+        self._writers.append(writer)
+        connecting = asyncio.current_task()
+        assert connecting is not None
+        self._connecting.add(connecting)  # a replica's lease thread may still connect while the proxy stops
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+        finally:
+            self._connecting.discard(connecting)
+        self._writers.append(up_writer)
 
         async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
@@ -307,9 +315,9 @@ class FreezableProxy:
         """Every relayed connection closed, both ends, before the test's loop ends (no socket left to the GC)."""
         assert self._server is not None
         self._server.close()
-        for task in list(self._pipes):
+        for task in [*self._connecting, *self._pipes]:
             task.cancel()
-        await asyncio.gather(*self._pipes, return_exceptions=True)
+        await asyncio.gather(*self._connecting, *self._pipes, return_exceptions=True)
         for writer in self._writers:
             writer.close()
         for writer in self._writers:
