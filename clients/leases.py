@@ -1,11 +1,12 @@
 """coordination.k8s.io/v1 Leases held under an identity: client-go's resource lock, for every election of ours.
 
 The holder renews ``renewTime``; anyone may take over a lease not renewed for its
-``leaseDurationSeconds`` — timed on the candidate's own clock from when it last saw the lease change
-(client-go's observed time: ``renewTime`` is the holder's clock, and nodes' clocks differ); every
-write carries the resourceVersion read, so two candidates can never both win. Releasing empties the holder, so the next candidate need not wait out the
-duration. Who uses a lease decides what holding it means (the watcher's one sender, a
-reconciler's shard) and gives up strictly before it can expire.
+``leaseDurationSeconds`` — timed on the candidate's own clock from when it last saw the lease
+change (client-go's observed time: ``renewTime`` is the holder's clock, and nodes' clocks
+differ); every write carries the resourceVersion read, so two candidates can never both win.
+Releasing empties the holder, so the next candidate need not wait out the duration. Who uses a
+lease decides what holding it means (the watcher's one sender, a reconciler's shard) and gives up
+strictly before it can expire.
 """
 
 import dataclasses

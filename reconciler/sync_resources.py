@@ -252,7 +252,7 @@ class SyncResourceReconciler:
         if key.status_only:
             loaded = await self._records.load(resource)  # unreadable states count as none until a pass saves them
             placements = self._placements(spec, policy, {a.runtime for a in loaded.records})
-            await self._sum_up(resource, spec, placements, loaded, {}, synced=_synced(resource))
+            await self._sum_up(resource, spec, placements, loaded.states, loaded.errors, synced=_synced(resource))
             return workqueue.Result()
         if key.runtime is not None:
             return await self._pass_over_one(owner, resource, spec, policy, key.runtime)
@@ -344,8 +344,9 @@ class SyncResourceReconciler:
             resource,
             spec,
             placements,
-            dataclasses.replace(loaded, states=states, errors=run_errors),
-            {"syncedGeneration": generation},  # a pass over one runtime may rely on the others' saved states now
+            states,
+            run_errors,
+            synced=generation,  # a pass over one runtime may rely on the others' saved states now
             records_moved=loaded.legacy,
         )
         return self._result(owner.key, state, message, dry_run=spec.dry_run)
@@ -355,22 +356,22 @@ class SyncResourceReconciler:
         resource: dict[str, Any],
         spec: model.Spec,
         placements: dict[str, sync_plan.Placement],
-        seen: records.Loaded,
-        extra: dict[str, Any] | None = None,
+        states: records.States,
+        run_errors: dict[str, str],
         *,
-        synced: Any = None,
+        synced: Any,
         records_moved: bool = False,
     ) -> tuple[model.State, str]:
-        """The status from every runtime's states (as just seen or as saved); the overall state and message."""
-        items = [status for entries in seen.states.values() for status in entries]
+        """The status from every runtime's states and errors (as just seen or as saved); the overall state and
+        message. ``synced``: the generation the last pass over every runtime applied."""
+        items = [status for entries in states.values() for status in entries]
         kyma_missing = spec.kyma is not None and self._shared.kyma(spec.kyma) is None
         if spec.kyma is not None and kyma_missing:
             items += [
                 _status(item, spec.kyma, model.State.ERROR, f"no Kyma {spec.kyma!r} in KCP") for item in spec.items
             ]
         errors = sorted(
-            set(seen.errors)
-            | {r for r, entries in seen.states.items() if any(s.state == model.State.ERROR for s in entries)}
+            set(run_errors) | {r for r, entries in states.items() if any(s.state == model.State.ERROR for s in entries)}
         )
         state = model.State.ERROR if errors else sync_plan.overall(i.state for i in items)
         counts = {p: sum(1 for v in placements.values() if v == p) for p in sync_plan.Placement}
@@ -400,7 +401,6 @@ class SyncResourceReconciler:
                 # The generation the last pass over every runtime applied: until it is the current one, a
                 # pass over one runtime cannot rely on the others' saved states.
                 "syncedGeneration": synced,
-                **(extra or {}),
             },
         )
         return state, message
