@@ -52,6 +52,11 @@ class Result:
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def pending(self) -> bool:
+        """Not failed, not done either: the key comes back by itself after ``requeue_after``."""
+        return self.ok and self.requeue_after is not None
+
     @classmethod
     def failed(cls, error: str) -> "Result":
         return cls(error=error)
@@ -74,10 +79,16 @@ def _being_cancelled() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-def _answer(futures: list["asyncio.Future[Result]"], result: Result) -> None:
-    for future in futures:
-        if not future.done():
-            future.set_result(result)
+@dataclasses.dataclass(frozen=True)
+class _Waiter:
+    future: "asyncio.Future[Result]"
+    since: float
+
+
+def _answer(waiters: list[_Waiter], result: Result) -> None:
+    for waiter in waiters:
+        if not waiter.future.done():
+            waiter.future.set_result(result)
 
 
 class QueueMetrics:
@@ -127,6 +138,7 @@ class WorkQueue(Generic[K]):
         timeout: float = 300,
         backoff_initial: float = 0.5,
         backoff_max: float = 300,
+        wait_on_pending: float = 60,
     ) -> None:
         self._name = name
         self._reconcile = reconcile
@@ -143,13 +155,15 @@ class WorkQueue(Generic[K]):
         self._timeout = timeout
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
+        self._wait_on_pending = wait_on_pending
+        """How long a waiter is kept waiting while the key's runs end pending (then it is answered so)."""
         self._ready: collections.OrderedDict[K, None] = collections.OrderedDict()
         self._background: collections.OrderedDict[K, None] = collections.OrderedDict()
         """Keys a resync or an acquired shard queued: taken only when no key is waiting in ``_ready``."""
         self._running: set[K] = set()
         self._reconciling: dict[K, asyncio.Task[Result]] = {}
         self._again: set[K] = set()
-        self._waiters: dict[K, list[asyncio.Future[Result]]] = {}
+        self._waiters: dict[K, list[_Waiter]] = {}
         self._timers: dict[K, asyncio.TimerHandle] = {}
         self._failures: dict[K, int] = {}
         self._waits: dict[K, int] = {}
@@ -159,14 +173,17 @@ class WorkQueue(Generic[K]):
         """The most reconciles that ran at once (the fan-out bound, observed)."""
 
     def add(self, key: K) -> "asyncio.Future[Result]":
-        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        """Run ``key`` now (or right after its running reconcile); the future gets the result of the first run that
+        is not pending, or a pending one once the key was put off for ``wait_on_pending``."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Result] = loop.create_future()
         if self._stopping:
             future.set_result(_STOPPED)  # no worker will ever run it
             return future
         if not self._admits(key):
             future.set_result(_NOT_OURS)
             return future
-        self._waiters.setdefault(key, []).append(future)
+        self._waiters.setdefault(key, []).append(_Waiter(future, loop.time()))
         self._schedule(key, 0.0)
         return future
 
@@ -274,8 +291,8 @@ class WorkQueue(Generic[K]):
             await asyncio.gather(*workers, return_exceptions=True)
             for timer in self._timers.values():
                 timer.cancel()
-            for futures in self._waiters.values():
-                _answer(futures, _STOPPED)
+            for waiters in self._waiters.values():
+                _answer(waiters, _STOPPED)
             self._waiters.clear()
 
     async def _next(self) -> K | None:
@@ -307,6 +324,13 @@ class WorkQueue(Generic[K]):
             finally:
                 self._running.discard(key)
             self._settled(key, result)
+            if result.pending:
+                # Put off, not done: the next run (already scheduled) answers these, for a while.
+                now = asyncio.get_running_loop().time()
+                kept = [w for w in waiters if now - w.since < self._wait_on_pending]
+                if kept:
+                    self._waiters[key] = kept + self._waiters.get(key, [])
+                waiters = [w for w in waiters if now - w.since >= self._wait_on_pending]
             _answer(waiters, result)
 
     def _settled(self, key: K, result: Result) -> None:

@@ -286,3 +286,35 @@ async def test_a_triggered_key_goes_before_thousands_queued_in_the_background() 
     await running
     assert runs.index("event") < 10 and runs.index("bg-999") < 10
     assert sorted(runs) == sorted(["event", *(f"bg-{n}" for n in range(1000))])
+
+
+async def test_whoever_waits_for_a_key_is_answered_when_it_is_done_not_when_it_was_put_off() -> None:
+    """A run that says "not yet, come back" (a pass turned away while another of its SyncResource runs, an object
+    still going) does not answer the event waiting for it: the run that finishes does (its failure included), so the
+    event is not acked and timed as applied early. Past ``wait_on_pending`` the waiter is told "not yet"."""
+    outcomes = iter([workqueue.Result(requeue_after=1), workqueue.Result(requeue_after=1), workqueue.Result()])
+    forever_pending = workqueue.Result(requeue_after=5)
+    runs: list[str] = []
+
+    async def reconcile(key: str) -> workqueue.Result:
+        runs.append(key)
+        return next(outcomes) if key == "a" else forever_pending
+
+    queue = workqueue.WorkQueue(
+        name="t",
+        reconcile=reconcile,
+        workers=2,
+        metrics=workqueue.QueueMetrics(CollectorRegistry()),
+        wait_on_pending=30,
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(queue.run(stop=stop))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    done, put_off = queue.add("a"), queue.add("b")
+    assert (await done) == workqueue.Result()
+    assert runs.count("a") == 3 and round(loop.time() - started) == 3  # put off after 1 s, then 2 s
+    assert (await put_off).requeue_after == 5
+    assert round(loop.time() - started) >= 30
+    stop.set()
+    await running
