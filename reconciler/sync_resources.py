@@ -17,6 +17,7 @@ Safety first, in controller-runtime's and Argo CD's manner:
 """
 
 import asyncio
+import contextvars
 import copy
 import dataclasses
 import datetime
@@ -52,7 +53,10 @@ way made when it comes back, however often it was turned away before."""
 _MESSAGE_LIMIT = 512
 _SUMMARY_KEYS = ("summary", "detailsOmitted", "itemCount", "runtimeCount", "ready")
 _FAN_OUT_SHARE = 0.8
-"""Of the reconcile's time limit, what the runtimes may take: the rest is for writing status and Events."""
+"""Of the reconcile's time limit, what may pass before the runtimes are cut short: the rest is for saving the
+records, then the status and Events (the queue cancels a reconcile at its limit, and with it any unsaved record)."""
+_FAN_OUT_ENDS: contextvars.ContextVar[float] = contextvars.ContextVar("fan_out_ends")
+"""When the running pass's runtimes are cut short (loop time), counted from the pass's start."""
 _NOTEWORTHY = (model.State.FORBIDDEN, model.State.CONFLICT, model.State.WARNING, model.State.ERROR)
 
 
@@ -206,8 +210,10 @@ class SyncResourceReconciler:
         # together (each visits its own runtime; their records merge), a pass over all runtimes, a status sum or the
         # finalizer runs alone. A pass never waits: waiting would eat into its own time limit.
         passes = self._passes.setdefault(key.whole, _Passes())
-        if not passes.enter(alone=key.runtime is None, now=asyncio.get_running_loop().time()):
+        now = asyncio.get_running_loop().time()
+        if not passes.enter(alone=key.runtime is None, now=now):
             return workqueue.Result(requeue_after=_BUSY_RETRY)
+        _FAN_OUT_ENDS.set(now + self._config.reconcile_timeout_seconds * _FAN_OUT_SHARE)
         try:
             return await self._reconcile(key)
         except (kube.KubeError, records.RecordsError) as exc:  # KCP failed us (or changed under us): retry, backing off
@@ -279,7 +285,6 @@ class SyncResourceReconciler:
         outcome_of = await self._visit(owner, spec, policy, placements, loaded.records)
         self._count_failures(resource, outcome_of)
         mine = outcome_of.get(runtime) or RuntimeOutcome([], [])
-        await self._announce_actions(resource, outcome_of)
         states = {r: s for r, s in loaded.states.items() if r != runtime} | (
             {runtime: mine.items} if mine.items else {}
         )
@@ -294,6 +299,7 @@ class SyncResourceReconciler:
             run_errors,
             visited={runtime},
         )
+        await self._announce_actions(resource, outcome_of)
         state = model.State.ERROR if mine.error else sync_plan.overall(i.state for i in mine.items)
         return self._result(owner.key, state, mine.error or f"failing in {runtime}", dry_run=spec.dry_run)
 
@@ -329,7 +335,6 @@ class SyncResourceReconciler:
         placements = self._placements(spec, policy, {a.runtime for a in loaded.records})
         outcome_of = await self._visit(owner, spec, policy, placements, loaded.records)
         self._count_failures(resource, outcome_of)
-        await self._announce_actions(resource, outcome_of)
         states = {r: o.items for r, o in outcome_of.items() if o.items}
         run_errors = {r: o.error for r, o in outcome_of.items() if o.error}
         await self._records.save(
@@ -340,6 +345,7 @@ class SyncResourceReconciler:
             run_errors,
             visited=set(outcome_of),
         )
+        await self._announce_actions(resource, outcome_of)
         state, message = await self._sum_up(
             resource,
             spec,
@@ -488,15 +494,15 @@ class SyncResourceReconciler:
 
         budget = self._config.reconcile_timeout_seconds * _FAN_OUT_SHARE
         try:
-            async with asyncio.timeout(budget):
+            async with asyncio.timeout_at(_FAN_OUT_ENDS.get(asyncio.get_running_loop().time() + budget)):
                 await aio.all_of(bounded(runtime) for runtime in work)
         except TimeoutError:
             log.warning("runtimes not reached in time", extra={"key": str(owner.key), "budget_seconds": budget})
-        outcomes = {
-            runtime: done.get(runtime) or cut_short(runtime, f"runtime {runtime} not reached within {budget:g}s")
+        return {
+            runtime: done.get(runtime)
+            or cut_short(runtime, f"runtime {runtime} not reached within {budget:g}s of the pass")
             for runtime in work
         }
-        return outcomes
 
     def _count_failures(self, resource: dict[str, Any], outcome_of: dict[str, RuntimeOutcome]) -> None:
         """Per runtime failing in a group's pass (a failing pass of a SyncResource for one runtime is counted by the
@@ -914,11 +920,11 @@ class SyncResourceReconciler:
             failed_items=lambda runtime: [],
         )
         self._count_failures(resource, outcome_of)
-        await self._announce_actions(resource, outcome_of)
         outcomes = list(outcome_of.values())
         remaining = [ref for outcome in outcomes for ref in outcome.applied]
         # What a pass over one runtime, started before the deletion, recorded meanwhile counts as well.
         left = await self._records.save(resource, loaded, remaining, visited=set(outcome_of))
+        await self._announce_actions(resource, outcome_of)
         if left:
             errors = [o.error for o in outcomes if o.error]
             message = f"{left} object(s) still to delete" + (f": {errors[0]}" if errors else "")
