@@ -129,7 +129,8 @@ class Controller(abc.ABC, Generic[K]):
         message simply waits for the queue's retry. A run that put the key off (pending: another pass of
         its SyncResource runs, an object is still going) does not answer the event; the run that finishes
         does, so the change is timed as applied when it is. One still put off after the queue's
-        ``wait_on_pending`` is acked untimed: the queue brings the key back by itself.
+        ``wait_on_pending`` (or handed over to another replica meanwhile) is acked untimed: the queue
+        (or the new owner) brings the key back by itself.
         """
         keys = [key for key in dict.fromkeys(self.keys_for_event(event)) if self.admits(key)]
         if not keys:
@@ -139,7 +140,7 @@ class Controller(abc.ABC, Generic[K]):
         with tracer.start_as_current_span(f"reconcile {self.name}", attributes={"kyma.keys": len(ready)}) as span:
             results = await asyncio.gather(*(self.queue.add(key) for key in ready))
             span.set_attribute("kyma.ok", all(r.ok for r in results))
-        if ready and all(r.ok and not r.pending for r in results):
+        if ready and all(r.applied for r in results):
             seen_to_applied = datetime.datetime.now(datetime.UTC) - event.observed_at
             self._change_applied.labels(self.name, event.module).observe(max(0.0, seen_to_applied.total_seconds()))
         failed = [(key, r) for key, r in zip(ready, results, strict=True) if not r.ok and not r.terminal]

@@ -1,8 +1,9 @@
 """A keyed work queue in the manner of client-go's: one worker per key, pending keys collapse.
 
-``add(key)`` returns a future for the outcome of the next reconcile of that key, so a caller
-that must know — a NATS message to ack or nak — can wait for it, while every other trigger just
-fires and forgets. A key added while it is being reconciled runs once more afterwards. A failed
+``add(key)`` returns a future for the outcome of the next reconcile of that key that is not
+pending (a run that puts the key off hands its waiters to the next, for ``wait_on_pending`` at
+most), so a caller that must know — a NATS message to ack or nak — can wait for it, while every
+other trigger just fires and forgets. A key added while it is being reconciled runs once more afterwards. A failed
 reconcile comes back after a per-key exponential backoff with jitter (the queue is the one
 owner of retries; a message about a failing key is nak'ed with the same delay); a terminal
 failure is not retried until something triggers the key again; a success resets the backoff.
@@ -47,6 +48,8 @@ class Result:
     """Come back after this long even without a trigger (e.g. waiting for an object to go)."""
     terminal: bool = False
     """The error is one retrying cannot fix (invalid input): wait for the next trigger."""
+    elsewhere: bool = False
+    """Nothing ran here: the key is another replica's (its owner reconciles it from its own triggers)."""
 
     @property
     def ok(self) -> bool:
@@ -54,8 +57,13 @@ class Result:
 
     @property
     def pending(self) -> bool:
-        """Not failed, not done either: the key comes back by itself after ``requeue_after``."""
+        """Not failed, not done either: the key comes back by itself (``requeue_after``, doubling if it asks again)."""
         return self.ok and self.requeue_after is not None
+
+    @property
+    def applied(self) -> bool:
+        """A reconcile here finished the key."""
+        return self.ok and not self.pending and not self.elsewhere
 
     @classmethod
     def failed(cls, error: str) -> "Result":
@@ -70,8 +78,7 @@ Reconcile = Callable[[K], Awaitable[Result]]
 
 _LONGEST_WAIT = 60.0
 _STOPPED = Result.failed("the reconciler stopped before this key was reconciled")
-_NOT_OURS = Result()
-"""A key another replica owns: nothing for this one to do (the owner reconciles it from its own triggers)."""
+_NOT_OURS = Result(elsewhere=True)
 
 
 def _being_cancelled() -> bool:
@@ -138,7 +145,7 @@ class WorkQueue(Generic[K]):
         timeout: float = 300,
         backoff_initial: float = 0.5,
         backoff_max: float = 300,
-        wait_on_pending: float = 60,
+        wait_on_pending: float = 30,
     ) -> None:
         self._name = name
         self._reconcile = reconcile
@@ -156,7 +163,8 @@ class WorkQueue(Generic[K]):
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._wait_on_pending = wait_on_pending
-        """How long a waiter is kept waiting while the key's runs end pending (then it is answered so)."""
+        """How long a waiter is kept waiting while the key's runs end pending (then it is answered so): each waiter
+        holds one of the consumer's in-flight slots meanwhile."""
         self._ready: collections.OrderedDict[K, None] = collections.OrderedDict()
         self._background: collections.OrderedDict[K, None] = collections.OrderedDict()
         """Keys a resync or an acquired shard queued: taken only when no key is waiting in ``_ready``."""
@@ -323,15 +331,35 @@ class WorkQueue(Generic[K]):
                 raise
             finally:
                 self._running.discard(key)
-            self._settled(key, result)
             if result.pending:
-                # Put off, not done: the next run (already scheduled) answers these, for a while.
-                now = asyncio.get_running_loop().time()
-                kept = [w for w in waiters if now - w.since < self._wait_on_pending]
-                if kept:
-                    self._waiters[key] = kept + self._waiters.get(key, [])
-                waiters = [w for w in waiters if now - w.since >= self._wait_on_pending]
+                # Put off, not done: the next run answers these (before ``_settled`` schedules it, so that a key
+                # forgotten there answers them too), each within its time limit.
+                self._keep_waiting(key, waiters, result)
+                waiters = []
+            self._settled(key, result)
+            if result.pending and not self._comes_back(key):
+                waiters = self._waiters.pop(key, [])
             _answer(waiters, result)
+
+    def _keep_waiting(self, key: K, waiters: list[_Waiter], pending: Result) -> None:
+        loop = asyncio.get_running_loop()
+        for waiter in waiters:
+            if loop.time() - waiter.since >= self._wait_on_pending:
+                _answer([waiter], pending)
+                continue
+            self._waiters.setdefault(key, []).append(waiter)
+            loop.call_at(waiter.since + self._wait_on_pending, functools.partial(self._give_up, key, waiter, pending))
+
+    def _give_up(self, key: K, waiter: _Waiter, pending: Result) -> None:
+        kept = self._waiters.get(key, [])
+        if waiter in kept:
+            kept.remove(waiter)
+            if not kept:
+                del self._waiters[key]
+        _answer([waiter], pending)
+
+    def _comes_back(self, key: K) -> bool:
+        return key in self._timers or key in self._ready or key in self._background
 
     def _settled(self, key: K, result: Result) -> None:
         if result.ok or result.terminal:
