@@ -54,7 +54,8 @@ _MESSAGE_LIMIT = 512
 _SUMMARY_KEYS = ("summary", "detailsOmitted", "itemCount", "runtimeCount", "ready")
 _FAN_OUT_SHARE = 0.8
 """Of the reconcile's time limit, what may pass before the runtimes are cut short: the rest is for saving the
-records, then the status and Events (the queue cancels a reconcile at its limit, and with it any unsaved record)."""
+records, then the status, then Events (the queue cancels a reconcile at its limit, and with it any unsaved record;
+Events are the first to go)."""
 _FAN_OUT_ENDS: contextvars.ContextVar[float] = contextvars.ContextVar("fan_out_ends")
 """When the running pass's runtimes are cut short (loop time), counted from the pass's start."""
 _NOTEWORTHY = (model.State.FORBIDDEN, model.State.CONFLICT, model.State.WARNING, model.State.ERROR)
@@ -213,12 +214,13 @@ class SyncResourceReconciler:
         now = asyncio.get_running_loop().time()
         if not passes.enter(alone=key.runtime is None, now=now):
             return workqueue.Result(requeue_after=_BUSY_RETRY)
-        _FAN_OUT_ENDS.set(now + self._config.reconcile_timeout_seconds * _FAN_OUT_SHARE)
+        fan_out_ends = _FAN_OUT_ENDS.set(now + self._config.reconcile_timeout_seconds * _FAN_OUT_SHARE)
         try:
             return await self._reconcile(key)
         except (kube.KubeError, records.RecordsError) as exc:  # KCP failed us (or changed under us): retry, backing off
             return workqueue.Result.failed(f"{key}: {exc}")
         finally:
+            _FAN_OUT_ENDS.reset(fan_out_ends)
             passes.leave(alone=key.runtime is None)
             if key.whole in self._finished and passes.idle():
                 self._finished.discard(key.whole)
@@ -345,7 +347,6 @@ class SyncResourceReconciler:
             run_errors,
             visited=set(outcome_of),
         )
-        await self._announce_actions(resource, outcome_of)
         state, message = await self._sum_up(
             resource,
             spec,
@@ -355,6 +356,7 @@ class SyncResourceReconciler:
             synced=generation,  # a pass over one runtime may rely on the others' saved states now
             records_moved=loaded.legacy,
         )
+        await self._announce_actions(resource, outcome_of)
         return self._result(owner.key, state, message, dry_run=spec.dry_run)
 
     async def _sum_up(
@@ -494,7 +496,7 @@ class SyncResourceReconciler:
 
         budget = self._config.reconcile_timeout_seconds * _FAN_OUT_SHARE
         try:
-            async with asyncio.timeout_at(_FAN_OUT_ENDS.get(asyncio.get_running_loop().time() + budget)):
+            async with asyncio.timeout_at(_FAN_OUT_ENDS.get()):
                 await aio.all_of(bounded(runtime) for runtime in work)
         except TimeoutError:
             log.warning("runtimes not reached in time", extra={"key": str(owner.key), "budget_seconds": budget})
