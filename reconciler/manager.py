@@ -101,6 +101,7 @@ class Manager:
             async with asyncio.TaskGroup() as group:
                 for source in self.shared.informers():
                     group.create_task(source.run(stop=stop))
+                group.create_task(self.shared.clients.run(stop=stop))
                 for each in self.controllers:
                     group.create_task(each.run(stop=stop, grace=config.shutdown_grace_seconds))
                 if config.sharding.enabled:

@@ -7,7 +7,8 @@ per runtime bounds how many writes go to one apiserver at once.
 
 A client unused for ``idle_seconds`` is retired (then closed after the linger), so KCP's memory
 follows activity, not the fleet: an idle runtime costs its cached Secret and Kyma, not a client
-with its TLS context and connection pool (a resync builds it again, once per pass).
+with its TLS context and connection pool (a resync builds it again, once per pass). ``run``
+looks for them while nothing uses any client (a quiet landscape), each use looks too.
 """
 
 import asyncio
@@ -20,6 +21,7 @@ import yaml
 
 from clients import informer, kube, objects
 from contract import wire
+from kit import aio
 
 
 class RuntimeUnavailableError(RuntimeError):
@@ -65,6 +67,12 @@ class RuntimeClients:
     def cached(self) -> int:
         """Clients held now (retired ones not counted)."""
         return len(self._handles)
+
+    async def run(self, *, stop: asyncio.Event) -> None:
+        """Retire idle clients and close the lingering ones until ``stop``, whether or not any client is used."""
+        while not await aio.sleep_unless(stop, self._idle / 10):
+            self._retire_idle()
+            await self._close_retired()
 
     async def get(self, runtime: str) -> RuntimeHandle:
         self._retire_idle()
