@@ -406,10 +406,14 @@ class _LeaseKeeper:
         try:
             await self._releasing(None)
         except Exception:
-            # Whether its reconciles ended is unknown: not released, no longer renewed — it expires, and the
-            # watchdog's margin is all a late reconcile gets.
+            # Whether its reconciles ended is unknown: not released, no longer renewed — it expires, and whatever
+            # still runs on it is cancelled now, as for a lost shard (its new holder may start within a lease).
             log.exception("shard hand-over failed; the lease is left to expire", extra={"shard": shard})
             self._renewed.pop(shard, None)
+            try:
+                await self._releasing(0)
+            except Exception:
+                log.exception("cancelling the reconciles of a shard handed over failed", extra={"shard": shard})
         else:
             if self._renewed.pop(shard, None) is not None:
                 await self._bounded(self._shard_leases[shard].release(), None)

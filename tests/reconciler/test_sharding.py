@@ -348,6 +348,7 @@ async def _replica(
     async def releasing(grace: float | None) -> None:
         return None
 
+    kw.setdefault("releasing", releasing)
     shards = sharding.Shards(
         api,
         config.model_copy(update={"identity": identity}),
@@ -355,7 +356,6 @@ async def _replica(
         ownership=ownership,
         registry=registry or CollectorRegistry(),
         acquired=acquired,
-        releasing=releasing,
         **kw,
     )
     stop = asyncio.Event()
@@ -406,6 +406,32 @@ async def test_a_holder_cut_off_from_kcp_gives_its_shards_up_before_another_take
     finally:
         proxy.flowing.set()
         await proxy.stop()
+    assert overlaps == []
+
+
+@pytest.mark.integration
+async def test_a_hand_over_that_fails_cancels_the_reconciles_of_the_shards_it_gives_up(
+    landscape: landscape_mod.Landscape, kcp: Kcp
+) -> None:
+    """a holds every shard; b joins, so a hands b's shards over, waiting for their reconciles, and that wait fails
+    (its controllers' loop gone, say): the leases are left to expire, and the reconciles still running on those
+    shards are cancelled at once, not left to run on while b takes the shards."""
+    config = _sharding(kcp, lease=3, renew=0.5)
+    overlaps: list[str] = []
+    owners: list[sharding.Ownership] = []
+    asked: list[float | None] = []
+
+    async def releasing(grace: float | None) -> None:
+        asked.append(grace)
+        if grace is None:
+            raise RuntimeError("the controllers' loop is gone")
+
+    async with _replica(kcp.api, config, "a", overlaps, owners, releasing=releasing) as (a, _):
+        await eventually(lambda: len(a.held) == SHARDS, timeout=30, what="a holding every shard")
+        async with _replica(kcp.api, config, "b", overlaps, owners) as (b, _):
+            await eventually(lambda: bool(b.held), timeout=30, what="b handed shards")
+            assert None in asked, "a tried to hand its shards over"
+            assert 0 in asked, "and, failing, cancelled their reconciles"
     assert overlaps == []
 
 
