@@ -14,6 +14,7 @@ looks for them while nothing uses any client (a quiet landscape), each use looks
 import asyncio
 import base64
 import dataclasses
+import logging
 import time
 from typing import Any
 
@@ -22,6 +23,8 @@ import yaml
 from clients import informer, kube, objects
 from contract import wire
 from kit import aio
+
+log = logging.getLogger(__name__)
 
 
 class RuntimeUnavailableError(RuntimeError):
@@ -128,7 +131,10 @@ class RuntimeClients:
         closing = [api for retired_at, api in self._retired if retired_at <= cutoff]
         self._retired = [(at, api) for at, api in self._retired if at > cutoff]
         for api in closing:
-            await api.close()
+            try:
+                await api.close()
+            except Exception:  # a client that fails to close must not stop the sweep, nor the others' closing
+                log.exception("closing a runtime client failed")
 
     async def close(self) -> None:
         for runtime in list(self._handles):

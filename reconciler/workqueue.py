@@ -1,14 +1,14 @@
 """A keyed work queue in the manner of client-go's: one worker per key, pending keys collapse.
 
-``add(key)`` returns a future for the outcome of the next reconcile of that key that is not
-pending (a run that puts the key off hands its waiters to the next, for ``wait_on_pending`` at
-most), so a caller that must know — a NATS message to ack or nak — can wait for it, while every
-other trigger just fires and forgets. A key added while it is being reconciled runs once more afterwards. A failed
-reconcile comes back after a per-key exponential backoff with jitter (the queue is the one
-owner of retries; a message about a failing key is nak'ed with the same delay); a terminal
-failure is not retried until something triggers the key again; a success resets the backoff.
-A key that asks to come back (``requeue_after``, e.g. an object still being deleted) comes back
-after that long, doubling each time it asks again, up to a minute.
+``add(key)`` returns a future for the outcome of the next reconcile of that key that is not pending
+(a run that puts the key off hands its waiters to the next, for ``wait_on_pending`` at most), so a
+caller that must know — a NATS message to ack or nak — can wait for it, while every other trigger
+just fires and forgets. A key added while it is being reconciled runs once more afterwards. A failed
+reconcile comes back after a per-key exponential backoff with jitter (the queue is the one owner of
+retries; a message about a failing key is nak'ed with the same delay); a terminal failure is not
+retried until something triggers the key again; a success resets the backoff. A key that asks to
+come back (``requeue_after``, e.g. an object still being deleted) comes back after that long,
+doubling each time it asks again, up to a minute.
 Each reconcile runs under a timeout and a catch-all guard.
 
 Keys queued in bulk by a resync, the start or a shard just acquired wait in a background lane:
@@ -16,7 +16,8 @@ a key an event or a change asks for is taken first. ``add_later`` queues keys af
 collapsing a run of triggers into one reconcile.
 
 A queue may admit only some keys (``admits``: a sharded replica's runtimes): others are dropped
-when added or when their turn comes, their waiters answered "ok" (the owner reconciles them);
+when added or when their turn comes, their waiters answered "elsewhere" (ok, nothing applied here: the owner
+reconciles them);
 ``relinquish`` drops what is no longer admitted and waits for, then cancels, its running reconciles.
 
 Stopping is bounded: no new key is started, running reconciles get ``grace`` seconds to
@@ -86,14 +87,18 @@ def _being_cancelled() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(eq=False)
 class _Waiter:
     future: "asyncio.Future[Result]"
     since: float
+    give_up: asyncio.TimerHandle | None = None
+    """Once the key was put off: when it stops waiting for a run that finishes the key."""
 
 
 def _answer(waiters: list[_Waiter], result: Result) -> None:
     for waiter in waiters:
+        if waiter.give_up is not None:
+            waiter.give_up.cancel()
         if not waiter.future.done():
             waiter.future.set_result(result)
 
@@ -332,13 +337,11 @@ class WorkQueue(Generic[K]):
             finally:
                 self._running.discard(key)
             if result.pending:
-                # Put off, not done: the next run answers these (before ``_settled`` schedules it, so that a key
-                # forgotten there answers them too), each within its time limit.
+                # Put off, not done: the next run answers these, each within its time limit. Kept before
+                # ``_settled`` schedules that run: a key forgotten there (not ours any more) answers them so.
                 self._keep_waiting(key, waiters, result)
                 waiters = []
             self._settled(key, result)
-            if result.pending and not self._comes_back(key):
-                waiters = self._waiters.pop(key, [])
             _answer(waiters, result)
 
     def _keep_waiting(self, key: K, waiters: list[_Waiter], pending: Result) -> None:
@@ -348,7 +351,10 @@ class WorkQueue(Generic[K]):
                 _answer([waiter], pending)
                 continue
             self._waiters.setdefault(key, []).append(waiter)
-            loop.call_at(waiter.since + self._wait_on_pending, functools.partial(self._give_up, key, waiter, pending))
+            if waiter.give_up is None:
+                waiter.give_up = loop.call_at(
+                    waiter.since + self._wait_on_pending, functools.partial(self._give_up, key, waiter, pending)
+                )
 
     def _give_up(self, key: K, waiter: _Waiter, pending: Result) -> None:
         kept = self._waiters.get(key, [])
@@ -357,9 +363,6 @@ class WorkQueue(Generic[K]):
             if not kept:
                 del self._waiters[key]
         _answer([waiter], pending)
-
-    def _comes_back(self, key: K) -> bool:
-        return key in self._timers or key in self._ready or key in self._background
 
     def _settled(self, key: K, result: Result) -> None:
         if result.ok or result.terminal:
