@@ -5,6 +5,8 @@ logic never pay for it.
 """
 
 import asyncio
+import gc
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -35,13 +37,32 @@ def spans() -> InMemorySpanExporter:
 
 @pytest.fixture(autouse=True)
 async def no_leftover_tasks() -> AsyncIterator[None]:
-    """Fail a test that leaves asyncio tasks running behind it."""
+    """Fail a test that leaves asyncio tasks running behind it; let its sockets finish closing on its loop."""
     yield
     current = asyncio.current_task()
     leftovers = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
     for task in leftovers:
         task.cancel()
     assert not leftovers, f"test left tasks running: {leftovers}"
+    await _sockets_closed(asyncio.get_running_loop())
+
+
+async def _sockets_closed(loop: asyncio.AbstractEventLoop, *, within: float = 3.0) -> None:
+    """A TLS connection closed gracefully (a request cancelled mid-flight, a client closed while its peer is busy)
+    keeps its socket until the peer answers the close. The test's loop closes right after the test: a socket still
+    open then is left to the garbage collector, whose ResourceWarning fails whichever later test runs at that moment
+    (the CI saw it, from a test that had passed). Such sockets get ``within`` seconds to close, then are aborted
+    here, named on stderr."""
+    still_open = [t for t in gc.get_objects() if isinstance(t, asyncio.Transport) and getattr(t, "_loop", None) is loop]
+    still_open = [t for t in still_open if not t.is_closing()]
+    deadline = loop.time() + within
+    while still_open and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+        still_open = [t for t in still_open if not t.is_closing()]
+    for transport in still_open:
+        print(f"aborting a socket the test left open: {transport!r}", file=sys.stderr)
+        transport.abort()
+    await asyncio.sleep(0)  # a closing transport closes its socket on the loop's next turn
 
 
 @pytest.fixture(scope="session")
