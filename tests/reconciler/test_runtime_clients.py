@@ -1,6 +1,8 @@
 """Runtime API clients follow activity: built on use from the kubeconfig Secrets, closed when idle."""
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -14,9 +16,9 @@ from .conftest import MODULE, Kcp
 pytestmark = pytest.mark.integration
 
 
-async def test_an_idle_runtime_client_is_closed_and_built_again_on_use(kcp: Kcp) -> None:
-    """A client unused for the idle time is retired at the next use of any other and closed after the linger; the
-    idle runtime's next use builds a new working client. Only clients in use are held."""
+@contextlib.asynccontextmanager
+async def _clients(kcp: Kcp, *, linger: float, sweeping: bool) -> AsyncIterator[runtime_clients.RuntimeClients]:
+    """Clients with a half-second idle time over the cached kubeconfig Secrets (``sweeping``: their sweep runs)."""
     secrets = informer.Informer(
         kcp.api,
         kube.SECRETS,
@@ -26,10 +28,24 @@ async def test_an_idle_runtime_client_is_closed_and_built_again_on_use(kcp: Kcp)
     stop = asyncio.Event()
     following = asyncio.create_task(secrets.run(stop=stop))
     clients = runtime_clients.RuntimeClients(
-        secrets, module=MODULE, namespace=wire.KUBECONFIG_NAMESPACE, idle_seconds=0.5, linger_seconds=0
+        secrets, module=MODULE, namespace=wire.KUBECONFIG_NAMESPACE, idle_seconds=0.5, linger_seconds=linger
     )
+    sweep = asyncio.create_task(clients.run(stop=stop)) if sweeping else None
     try:
         await secrets.synced.wait()
+        yield clients
+    finally:
+        stop.set()
+        if sweep is not None:
+            await sweep
+        await clients.close()
+        await following
+
+
+async def test_an_idle_runtime_client_is_closed_and_built_again_on_use(kcp: Kcp) -> None:
+    """A client unused for the idle time is retired at the next use of any other and closed after the linger; the
+    idle runtime's next use builds a new working client. Only clients in use are held."""
+    async with _clients(kcp, linger=0, sweeping=False) as clients:
         first = await clients.get("skr-1")
         assert await kube.get_or_none(first.objects.api, f"/api/v1/namespaces/{kcp.runtime_namespace}")
         await clients.get("skr-2")
@@ -43,29 +59,12 @@ async def test_an_idle_runtime_client_is_closed_and_built_again_on_use(kcp: Kcp)
         again = await clients.get("skr-1")
         assert again is not first
         assert await kube.get_or_none(again.objects.api, f"/api/v1/namespaces/{kcp.runtime_namespace}")
-    finally:
-        await clients.close()
-        stop.set()
-        await following
 
 
 async def test_idle_clients_are_closed_while_nothing_uses_any(kcp: Kcp) -> None:
     """A landscape gone quiet: no use of any client comes to retire the idle ones, yet they are closed (the fleet
     benchmark's 1,000 runtimes kept all 1,000 clients through 150 s of rest when only a use looked)."""
-    secrets = informer.Informer(
-        kcp.api,
-        kube.SECRETS,
-        namespace=wire.KUBECONFIG_NAMESPACE,
-        label_selector=f"{wire.MODULE_LABEL}={MODULE}",
-    )
-    stop = asyncio.Event()
-    following = asyncio.create_task(secrets.run(stop=stop))
-    clients = runtime_clients.RuntimeClients(
-        secrets, module=MODULE, namespace=wire.KUBECONFIG_NAMESPACE, idle_seconds=0.5, linger_seconds=0.2
-    )
-    sweeping = asyncio.create_task(clients.run(stop=stop))
-    try:
-        await secrets.synced.wait()
+    async with _clients(kcp, linger=0.2, sweeping=True) as clients:
         used = [await clients.get(runtime) for runtime in ("skr-1", "skr-2")]
         assert clients.cached == 2
         await eventually(lambda: clients.cached == 0, timeout=10, what="the idle clients retired")
@@ -74,8 +73,3 @@ async def test_idle_clients_are_closed_while_nothing_uses_any(kcp: Kcp) -> None:
             timeout=10,
             what="their connections closed after the linger",
         )
-    finally:
-        stop.set()
-        await sweeping
-        await clients.close()
-        await following
