@@ -127,10 +127,10 @@ class Controller(abc.ABC, Generic[K]):
         redelivered then, so queue and bus retry on one schedule. A key backing off after a failure
         is not run early for an event (a runtime sending events about it must not make it spin): the
         message simply waits for the queue's retry. A run that put the key off (pending: another pass of
-        its SyncResource runs, an object is still going) does not answer the event; the run that finishes
-        does, so the change is timed as applied when it is. One still put off after the queue's
-        ``wait_on_pending`` (or handed over to another replica meanwhile) is acked untimed: the queue
-        (or the new owner) brings the key back by itself.
+        its SyncResource runs, an object is still going) or a key handed over to another replica acks
+        the message without timing it as applied: the queue (or the new owner) brings the key back by
+        itself, and a message held until then would hold one of the durable's in-flight slots (a pass
+        over 10,000 runtimes turns away the drift events of its group for minutes).
         """
         keys = [key for key in dict.fromkeys(self.keys_for_event(event)) if self.admits(key)]
         if not keys:

@@ -1,14 +1,14 @@
 """A keyed work queue in the manner of client-go's: one worker per key, pending keys collapse.
 
-``add(key)`` returns a future for the outcome of the next reconcile of that key that is not pending
-(a run that puts the key off hands its waiters to the next, for ``wait_on_pending`` at most), so a
-caller that must know — a NATS message to ack or nak — can wait for it, while every other trigger
-just fires and forgets. A key added while it is being reconciled runs once more afterwards. A failed
-reconcile comes back after a per-key exponential backoff with jitter (the queue is the one owner of
-retries; a message about a failing key is nak'ed with the same delay); a terminal failure is not
-retried until something triggers the key again; a success resets the backoff. A key that asks to
-come back (``requeue_after``, e.g. an object still being deleted) comes back after that long,
-doubling each time it asks again, up to a minute.
+``add(key)`` returns a future for the outcome of the next reconcile of that key, so a caller
+that must know — a NATS message to ack or nak — can wait for it, while every other trigger just
+fires and forgets. An outcome may be ``pending`` (put off, the key comes back by itself) or
+``elsewhere`` (another replica's key): ok, but nothing ``applied`` here. A key added while it is being reconciled runs once more afterwards. A failed
+reconcile comes back after a per-key exponential backoff with jitter (the queue is the one
+owner of retries; a message about a failing key is nak'ed with the same delay); a terminal
+failure is not retried until something triggers the key again; a success resets the backoff.
+A key that asks to come back (``requeue_after``, e.g. an object still being deleted) comes back
+after that long, doubling each time it asks again, up to a minute.
 Each reconcile runs under a timeout and a catch-all guard.
 
 Keys queued in bulk by a resync, the start or a shard just acquired wait in a background lane:
@@ -16,8 +16,7 @@ a key an event or a change asks for is taken first. ``add_later`` queues keys af
 collapsing a run of triggers into one reconcile.
 
 A queue may admit only some keys (``admits``: a sharded replica's runtimes): others are dropped
-when added or when their turn comes, their waiters answered "elsewhere" (ok, nothing applied here: the owner
-reconciles them);
+when added or when their turn comes, their waiters answered "elsewhere" (the owner reconciles them);
 ``relinquish`` drops what is no longer admitted and waits for, then cancels, its running reconciles.
 
 Stopping is bounded: no new key is started, running reconciles get ``grace`` seconds to
@@ -87,20 +86,10 @@ def _being_cancelled() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-@dataclasses.dataclass(eq=False)
-class _Waiter:
-    future: "asyncio.Future[Result]"
-    since: float
-    give_up: asyncio.TimerHandle | None = None
-    """Once the key was put off: when it stops waiting for a run that finishes the key."""
-
-
-def _answer(waiters: list[_Waiter], result: Result) -> None:
-    for waiter in waiters:
-        if waiter.give_up is not None:
-            waiter.give_up.cancel()
-        if not waiter.future.done():
-            waiter.future.set_result(result)
+def _answer(futures: list["asyncio.Future[Result]"], result: Result) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(result)
 
 
 class QueueMetrics:
@@ -150,7 +139,6 @@ class WorkQueue(Generic[K]):
         timeout: float = 300,
         backoff_initial: float = 0.5,
         backoff_max: float = 300,
-        wait_on_pending: float = 30,
     ) -> None:
         self._name = name
         self._reconcile = reconcile
@@ -167,16 +155,13 @@ class WorkQueue(Generic[K]):
         self._timeout = timeout
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
-        self._wait_on_pending = wait_on_pending
-        """How long a waiter is kept waiting while the key's runs end pending (then it is answered so): each waiter
-        holds one of the consumer's in-flight slots meanwhile."""
         self._ready: collections.OrderedDict[K, None] = collections.OrderedDict()
         self._background: collections.OrderedDict[K, None] = collections.OrderedDict()
         """Keys a resync or an acquired shard queued: taken only when no key is waiting in ``_ready``."""
         self._running: set[K] = set()
         self._reconciling: dict[K, asyncio.Task[Result]] = {}
         self._again: set[K] = set()
-        self._waiters: dict[K, list[_Waiter]] = {}
+        self._waiters: dict[K, list[asyncio.Future[Result]]] = {}
         self._timers: dict[K, asyncio.TimerHandle] = {}
         self._failures: dict[K, int] = {}
         self._waits: dict[K, int] = {}
@@ -186,17 +171,14 @@ class WorkQueue(Generic[K]):
         """The most reconciles that ran at once (the fan-out bound, observed)."""
 
     def add(self, key: K) -> "asyncio.Future[Result]":
-        """Run ``key`` now (or right after its running reconcile); the future gets the result of the first run that
-        is not pending, or a pending one once the key was put off for ``wait_on_pending``."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Result] = loop.create_future()
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         if self._stopping:
             future.set_result(_STOPPED)  # no worker will ever run it
             return future
         if not self._admits(key):
             future.set_result(_NOT_OURS)
             return future
-        self._waiters.setdefault(key, []).append(_Waiter(future, loop.time()))
+        self._waiters.setdefault(key, []).append(future)
         self._schedule(key, 0.0)
         return future
 
@@ -304,8 +286,8 @@ class WorkQueue(Generic[K]):
             await asyncio.gather(*workers, return_exceptions=True)
             for timer in self._timers.values():
                 timer.cancel()
-            for waiters in self._waiters.values():
-                _answer(waiters, _STOPPED)
+            for futures in self._waiters.values():
+                _answer(futures, _STOPPED)
             self._waiters.clear()
 
     async def _next(self) -> K | None:
@@ -336,33 +318,8 @@ class WorkQueue(Generic[K]):
                 raise
             finally:
                 self._running.discard(key)
-            if result.pending:
-                # Put off, not done: the next run answers these, each within its time limit. Kept before
-                # ``_settled`` schedules that run: a key forgotten there (not ours any more) answers them so.
-                self._keep_waiting(key, waiters, result)
-                waiters = []
             self._settled(key, result)
             _answer(waiters, result)
-
-    def _keep_waiting(self, key: K, waiters: list[_Waiter], pending: Result) -> None:
-        loop = asyncio.get_running_loop()
-        for waiter in waiters:
-            if loop.time() - waiter.since >= self._wait_on_pending:
-                _answer([waiter], pending)
-                continue
-            self._waiters.setdefault(key, []).append(waiter)
-            if waiter.give_up is None:
-                waiter.give_up = loop.call_at(
-                    waiter.since + self._wait_on_pending, functools.partial(self._give_up, key, waiter, pending)
-                )
-
-    def _give_up(self, key: K, waiter: _Waiter, pending: Result) -> None:
-        kept = self._waiters.get(key, [])
-        if waiter in kept:
-            kept.remove(waiter)
-            if not kept:
-                del self._waiters[key]
-        _answer([waiter], pending)
 
     def _settled(self, key: K, result: Result) -> None:
         if result.ok or result.terminal:

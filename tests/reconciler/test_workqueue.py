@@ -288,48 +288,20 @@ async def test_a_triggered_key_goes_before_thousands_queued_in_the_background() 
     assert sorted(runs) == sorted(["event", *(f"bg-{n}" for n in range(1000))])
 
 
-async def test_whoever_waits_for_a_key_is_answered_when_it_is_done_not_when_it_was_put_off() -> None:
+async def test_a_put_off_key_answers_its_waiter_at_once_as_not_applied_and_comes_back() -> None:
     """A run that says "not yet, come back" (a pass turned away while another of its SyncResource runs, an object
-    still going) does not answer the event waiting for it: the run that finishes does (its failure included), so the
-    event is not acked and timed as applied early. Past ``wait_on_pending`` the waiter is told "not yet"."""
-    outcomes = iter([workqueue.Result(requeue_after=1), workqueue.Result(requeue_after=1), workqueue.Result()])
-    forever_pending = workqueue.Result(requeue_after=5)
-    runs: list[str] = []
-
-    async def reconcile(key: str) -> workqueue.Result:
-        runs.append(key)
-        return next(outcomes) if key == "a" else forever_pending
-
-    queue = workqueue.WorkQueue(
-        name="t",
-        reconcile=reconcile,
-        workers=2,
-        metrics=workqueue.QueueMetrics(CollectorRegistry()),
-        wait_on_pending=30,
-    )
-    stop = asyncio.Event()
-    running = asyncio.create_task(queue.run(stop=stop))
+    still going) answers the event waiting for it at once, as pending: ok (the message is acked, it holds no
+    in-flight slot while the key waits), not applied (the change is not timed as applied). The key comes back by
+    itself and is applied then; a key handed over answers its waiters as another replica's."""
+    outcomes = iter([workqueue.Result(requeue_after=1), workqueue.Result()])
+    runs: list[float] = []
     loop = asyncio.get_running_loop()
-    started = loop.time()
-    done, put_off = queue.add("a"), queue.add("b")
-    assert (await done) == workqueue.Result()
-    assert runs.count("a") == 3 and round(loop.time() - started) == 3  # put off after 1 s, then 2 s
-    assert (await put_off).requeue_after == 5
-    assert round(loop.time() - started) == 30  # not at the end of the run after (35 s)
-    stop.set()
-    await running
-
-
-async def test_a_key_handed_over_while_it_is_put_off_answers_its_waiter_as_someone_elses() -> None:
-    """The key runs, is triggered again meanwhile, and is handed over before its run ends pending: whoever waits
-    for it is told that another replica has it (no wait for a run that will never come, no "applied")."""
-    ours = True
-    release = asyncio.Event()
 
     async def reconcile(key: str) -> workqueue.Result:
-        await release.wait()
-        return workqueue.Result(requeue_after=1)
+        runs.append(loop.time())
+        return next(outcomes)
 
+    ours = True
     queue = workqueue.WorkQueue(
         name="t",
         reconcile=reconcile,
@@ -339,15 +311,14 @@ async def test_a_key_handed_over_while_it_is_put_off_answers_its_waiter_as_someo
     )
     stop = asyncio.Event()
     running = asyncio.create_task(queue.run(stop=stop))
-    waiting = queue.add("a")
-    await asyncio.sleep(0.1)
-    queue.add_all(["a"])  # a trigger during the run
+    started = loop.time()
+    put_off = await queue.add("a")
+    assert put_off.ok and put_off.pending and not put_off.applied
+    assert loop.time() == started, "answered by the run that put it off"
+    await asyncio.sleep(1.5)
+    assert [round(t - started) for t in runs] == [0, 1], "it came back by itself"
     ours = False
-    handing_over = asyncio.create_task(queue.relinquish(grace=None))
-    await asyncio.sleep(0.1)
-    release.set()
-    await handing_over
-    result = await asyncio.wait_for(waiting, timeout=5)
-    assert result.elsewhere and not result.applied
+    handed_over = await queue.add("a")
+    assert handed_over.ok and handed_over.elsewhere and not handed_over.applied
     stop.set()
     await running
