@@ -12,13 +12,13 @@ assignment: balance without a coordinator).
 Exclusivity comes from the Leases, not from agreement: a shard is taken only when it is free,
 released, or its holder has not renewed it for the lease duration — measured on this replica's
 own clock from when it last saw the lease change (client-go's observed time, immune to clock
-skew between replicas). A holder that cannot renew gives the shard up a renew interval before
-anyone may take it: no new work on it from then, and its running reconciles are cancelled as soon
-as the controllers' loop gets to it (the Leases live on a thread of their own); a shard given away because a new
-replica should hold it is released only after its running reconciles finished (if that wait fails,
-the lease is left to expire and they are cancelled). The new holder reconciles all of the shard's keys from the
-start: reconciles are level-based, so whatever events the old holder had not finished are
-covered. A killed replica's shards are taken over after the lease duration.
+skew between replicas). A holder that cannot renew gives the shard up a renew interval before anyone
+may take it: no new work on it from then, and its running reconciles are cancelled as soon as the
+controllers' loop gets to it (the Leases live on a thread of their own); a shard given away because
+a new replica should hold it is released only after its running reconciles finished (if that wait
+fails, the lease is left to expire and they are cancelled). The new holder reconciles all of the
+shard's keys from the start: reconciles are level-based, so whatever events the old holder had not
+finished are covered. A killed replica's shards are taken over after the lease duration.
 """
 
 import asyncio

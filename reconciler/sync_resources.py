@@ -196,6 +196,7 @@ class SyncResourceReconciler:
         self._secrets = dict(secrets or {})
         self._kcp = shared.kcp
         self._config = config
+        self._fan_out_seconds = config.reconcile_timeout_seconds * _FAN_OUT_SHARE
         self._bindings = bindings
         self._restricted = [kinds.GroupKind.parse(entry) for entry in config.restricted_kinds]
         self._orphans = OrphanCount(shared.registry)
@@ -214,7 +215,7 @@ class SyncResourceReconciler:
         now = asyncio.get_running_loop().time()
         if not passes.enter(alone=key.runtime is None, now=now):
             return workqueue.Result(requeue_after=_BUSY_RETRY)
-        fan_out_ends = _FAN_OUT_ENDS.set(now + self._config.reconcile_timeout_seconds * _FAN_OUT_SHARE)
+        fan_out_ends = _FAN_OUT_ENDS.set(now + self._fan_out_seconds)
         try:
             return await self._reconcile(key)
         except (kube.KubeError, records.RecordsError) as exc:  # KCP failed us (or changed under us): retry, backing off
@@ -494,7 +495,7 @@ class SyncResourceReconciler:
                     log.exception("syncing a runtime failed", extra={"key": str(owner.key), "runtime": runtime})
                     done[runtime] = cut_short(runtime, f"runtime {runtime} failed unexpectedly: {exc!r}"[:500])
 
-        budget = self._config.reconcile_timeout_seconds * _FAN_OUT_SHARE
+        budget = self._fan_out_seconds
         try:
             async with asyncio.timeout_at(_FAN_OUT_ENDS.get()):
                 await aio.all_of(bounded(runtime) for runtime in work)

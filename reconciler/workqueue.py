@@ -1,14 +1,14 @@
 """A keyed work queue in the manner of client-go's: one worker per key, pending keys collapse.
 
-``add(key)`` returns a future for the outcome of the next reconcile of that key, so a caller
-that must know — a NATS message to ack or nak — can wait for it, while every other trigger just
-fires and forgets. An outcome may be ``pending`` (put off, the key comes back by itself) or
-``elsewhere`` (another replica's key): ok, but nothing ``applied`` here. A key added while it is being reconciled runs once more afterwards. A failed
-reconcile comes back after a per-key exponential backoff with jitter (the queue is the one
-owner of retries; a message about a failing key is nak'ed with the same delay); a terminal
-failure is not retried until something triggers the key again; a success resets the backoff.
-A key that asks to come back (``requeue_after``, e.g. an object still being deleted) comes back
-after that long, doubling each time it asks again, up to a minute.
+``add(key)`` returns a future for the outcome of the next reconcile of that key, so a caller that
+must know — a NATS message to ack or nak — can wait for it, while every other trigger just fires and
+forgets. An outcome may be ``pending`` (put off, the key comes back by itself) or ``elsewhere``
+(another replica's key): ok, but nothing ``applied`` here. A key added while it is being reconciled
+runs once more afterwards. A failed reconcile comes back after a per-key exponential backoff with
+jitter (the queue is the one owner of retries; a message about a failing key is nak'ed with the same
+delay); a terminal failure is not retried until something triggers the key again; a success resets
+the backoff. A key that asks to come back (``requeue_after``, e.g. an object still being deleted)
+comes back after that long, doubling each time it asks again, up to a minute.
 Each reconcile runs under a timeout and a catch-all guard.
 
 Keys queued in bulk by a resync, the start or a shard just acquired wait in a background lane:
