@@ -33,8 +33,10 @@ _Placed = tuple[str, str, str, str, str]
 _STATUS_DELAY = 2.0
 """After a SyncRecord's states changed, the status is summed up this much later: a burst of passes over single
 runtimes makes one status write, not one each."""
-_Named = tuple[str, str, str]
-"""(group, kind, name) of an object an item names, in whichever runtimes its SyncResource targets."""
+_Named = tuple[str | None, str, str, str]
+"""(runtime, group, kind, name) of an object an item names: the runtime is the SyncResource's ``spec.kyma``, None for
+a group (whose selector is matched when an event comes). Keyed by runtime, an event about an object that the
+SyncResources of thousands of runtimes name costs a lookup, not a look at each of them."""
 
 
 def _key(obj: dict[str, Any]) -> Key:
@@ -111,8 +113,9 @@ class SyncResourceController(controller.Controller[Key]):
         placed = self._placed.get(
             (event.runtime, target.group, target.kind, target.namespace or "", target.name), set()
         )
-        named = self._named.get((target.group, target.kind, target.name), set())
-        found = placed | {k for k in named if self._targets(k, event.runtime)}
+        mine = self._named.get((event.runtime, target.group, target.kind, target.name), set())
+        groups = self._named.get((None, target.group, target.kind, target.name), set())
+        found = placed | mine | {k for k in groups if self._targets(k, event.runtime)}
         return sorted((dataclasses.replace(k, runtime=event.runtime) for k in found), key=str)
 
     def _targets(self, key: Key, runtime: str) -> bool:
@@ -199,7 +202,9 @@ class SyncResourceController(controller.Controller[Key]):
         return cached[1]
 
     def _index(self, key: Key, obj: dict[str, Any]) -> None:
-        named = [(item.group, item.kind, item.object_name) for item in self._items(obj)]
+        kyma = (obj.get("spec") or {}).get("kyma")
+        runtime = kyma if isinstance(kyma, str) else None
+        named = [(runtime, item.group, item.kind, item.object_name) for item in self._items(obj)]
         for name in named:
             self._named[name].add(key)
         self._named_by_key[key] = named

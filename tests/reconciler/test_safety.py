@@ -16,7 +16,7 @@ from reconciler import cli, crds, settings, sync_controller
 
 from ..factories import configmap_event
 from ..waiting import eventually, more_reconciles, reconciles
-from .conftest import Kcp, bind, register_runtime
+from .conftest import Kcp, bind, label_kyma, register_runtime
 
 pytestmark = pytest.mark.integration
 
@@ -429,6 +429,33 @@ async def test_an_event_reconciles_what_kcp_recorded_not_what_its_body_claims(
             f"{kcp.namespace}/routed@skr-1"
         ]
         assert list(controller.keys_for_event(event_about("someone-elses"))) == []
+
+
+async def test_an_event_about_a_name_every_runtime_uses_reaches_its_own_runtimes_sync_resources(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """Items of the SyncResources of many runtimes name the same object: an event from one runtime reaches that
+    runtime's SyncResource and the groups selecting the runtime, not the others'."""
+    label = f"test-{uuid.uuid4().hex[:6]}"
+    async with run_controller() as running:
+        await label_kyma(kcp.api, "skr-2", {label: "beta"})
+        await kcp.create("one", {"kyma": "skr-1", "items": [kcp.configmap("cm-shared", {"k": "v"})]})
+        await kcp.create("unknown", {"kyma": "skr-9", "items": [kcp.configmap("cm-shared", {"k": "v"})]})
+        await kcp.create(
+            "group",
+            {"target": {"selector": {"matchLabels": {label: "beta"}}}, "items": [kcp.configmap("cm-shared", {})]},
+        )
+        controller = next(c for c in running.controllers if c.name == "sync_resources")
+
+        def keys(runtime: str) -> list[str]:
+            event = configmap_event(wire.SYNC_MODULE, runtime, name="cm-shared", namespace=kcp.runtime_namespace)
+            return [str(k) for k in controller.keys_for_event(event)]
+
+        await eventually(lambda: len(keys("skr-1")) == 1 and len(keys("skr-2")) == 1, what="the items indexed")
+        assert keys("skr-1") == [f"{kcp.namespace}/one@skr-1"]
+        assert keys("skr-2") == [f"{kcp.namespace}/group@skr-2"]
+        assert keys("skr-9") == [f"{kcp.namespace}/unknown@skr-9"]
+    await label_kyma(kcp.api, "skr-2", {label: None})
 
 
 async def test_not_ready_and_not_reconciling_until_every_cache_listed(
