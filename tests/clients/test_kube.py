@@ -1,10 +1,13 @@
 """The raw Kubernetes client against a real apiserver: errors are raised, not misread."""
 
+import asyncio
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 
 from clients import kube
+from devenv import landscape as landscape_mod
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +35,43 @@ async def test_watch_refused_by_the_apiserver_raises_instead_of_ending(skr_api: 
         ):
             pass
     assert raised.value.status in (400, 410, 500)
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[tuple[str, list[str]]]:
+    """A proxy that refuses every tunnel: its URL, and the request lines it was sent."""
+    seen: list[str] = []
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append((await reader.readline()).decode().strip())
+        writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(refuse, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield f"http://127.0.0.1:{port}", seen
+
+
+async def test_the_environments_proxy_is_used_unless_no_proxy_names_the_apiserver(
+    landscape: landscape_mod.Landscape, proxy: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTPS_PROXY and NO_PROXY are read once, when the client is made, and still decide the route."""
+    url, seen = proxy
+    kubeconfig = landscape.runtimes["skr-1"].admin_kubeconfig()
+    server = kubeconfig["clusters"][0]["cluster"]["server"].removeprefix("https://")
+    for name in ("no_proxy", "NO_PROXY", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", url)
+    async with await kube.api_client(kubeconfig) as api:
+        with pytest.raises(kube.KubeError):
+            await kube.request(api, "GET", "/api/v1/namespaces/default")
+    assert seen == [f"CONNECT {server} HTTP/1.1"]
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    async with await kube.api_client(kubeconfig) as api:
+        assert (await kube.request(api, "GET", "/api/v1/namespaces/default"))["metadata"]["name"] == "default"
+    assert len(seen) == 1
 
 
 async def test_request_creates_and_conflicts(skr_api: kube.ApiClient) -> None:
