@@ -19,7 +19,8 @@ import dataclasses
 import datetime
 import enum
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -262,7 +263,7 @@ async def consume(
     backoff = aio.Backoff(initial=0.5)
     # One set across reconnects: work still running when the connection broke must not hold up the next
     # connection (its settlement fails and NATS redelivers it), yet it still counts against max_in_flight.
-    in_flight: set[asyncio.Task[None]] = set()
+    in_flight = _InFlight()
     try:
         while not stop.is_set():
             connection = await bus.connect_retrying(
@@ -306,12 +307,12 @@ async def consume(
                 )
                 await aio.sleep_unless(stop, backoff.delay())
             finally:
-                if stop.is_set() and in_flight:
-                    await asyncio.gather(*in_flight, return_exceptions=True)  # settle on a live connection
+                if stop.is_set() and in_flight.tasks:
+                    await asyncio.gather(*in_flight.tasks, return_exceptions=True)  # settle on a live connection
                 await connection.close()
     finally:
-        if in_flight:
-            await asyncio.gather(*in_flight, return_exceptions=True)
+        if in_flight.tasks:
+            await asyncio.gather(*in_flight.tasks, return_exceptions=True)
 
 
 async def _report_backlog(
@@ -359,16 +360,37 @@ async def _pull(
     settings: ConsumerSettings,
     handler: Handler,
     metrics: ConsumerMetrics,
-    in_flight: set[asyncio.Task[None]],
+    in_flight: "_InFlight",
     *,
     stop: asyncio.Event,
 ) -> None:
     while not stop.is_set():
-        free = settings.max_in_flight - len(in_flight)
+        free = settings.max_in_flight - len(in_flight.tasks)
         if free <= 0:
-            await asyncio.wait(in_flight, timeout=1, return_when=asyncio.FIRST_COMPLETED)
+            await in_flight.one_settled(timeout=1)
             continue
         for delivery in await pull.fetch(min(settings.batch, free), timeout=1):
-            task = asyncio.create_task(_settle(delivery, handler, connection, settings, metrics))
-            in_flight.add(task)
-            task.add_done_callback(in_flight.discard)
+            in_flight.start(_settle(delivery, handler, connection, settings, metrics))
+
+
+class _InFlight:
+    """The settlements running, and word when one ends. (``asyncio.wait`` on all of them, at every end, cost
+    O(max_in_flight) per event: 7 % of a saturated reconciler's CPU in py-spy.)"""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._settled = asyncio.Event()
+
+    def start(self, settling: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(settling)
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self._settled.set()
+
+    async def one_settled(self, *, timeout: float) -> None:
+        """Until a settlement ends after this call, or ``timeout``."""
+        self._settled.clear()
+        await aio.sleep_unless(self._settled, timeout)
