@@ -21,7 +21,8 @@ from prometheus_client import Counter
 from clients import bus
 from contract import cloudevents, events, ids, wire
 from contract import errors as contract_errors
-from listener import errors, identities, metrics, peer, ratelimit, refusals, settings, trust, upstream
+from kit import ratelimit
+from listener import errors, identities, metrics, peer, refusals, settings, trust, upstream
 from listener import publisher as publisher_mod
 from observability import tracing
 

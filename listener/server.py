@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from clients import informer, kube
 from contract import wire
-from kit import aio
-from listener import app, identities, metrics, publisher, ratelimit, settings, trust
+from kit import aio, ratelimit
+from listener import app, identities, metrics, publisher, settings, trust
 from observability import endpoints
 from observability import metrics as observability_metrics
 

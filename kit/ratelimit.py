@@ -1,4 +1,8 @@
-"""Per-runtime token buckets: one noisy runtime cannot starve the others."""
+"""Token buckets per key: one noisy runtime (or object) cannot starve the others.
+
+A bucket that has filled up again is forgotten (it is the same as a new one), so the buckets follow
+the keys in use, not every key ever seen.
+"""
 
 import dataclasses
 import time
@@ -23,10 +27,13 @@ class RateLimiter:
         self._burst = float(burst)
         self._clock = clock
         self._buckets: dict[str, _Bucket] = {}
+        self._refill_seconds = self._burst / rate
+        self._pruned = clock()
 
     def acquire(self, key: str) -> float:
         """Take one token for ``key``: 0.0 if granted, else the seconds until one is available."""
         now = self._clock()
+        self._prune(now)
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = _Bucket(tokens=self._burst, updated=now)
@@ -36,3 +43,16 @@ class RateLimiter:
             bucket.tokens -= 1.0
             return 0.0
         return (1.0 - bucket.tokens) / self._rate
+
+    def __len__(self) -> int:
+        """Buckets held (not yet full again)."""
+        return len(self._buckets)
+
+    def _prune(self, now: float) -> None:
+        """Forget full buckets, at most once per refill time (a scan is O(keys))."""
+        if now - self._pruned < self._refill_seconds:
+            return
+        self._pruned = now
+        full = [k for k, b in self._buckets.items() if b.tokens + (now - b.updated) * self._rate >= self._burst]
+        for key in full:
+            del self._buckets[key]
