@@ -217,6 +217,14 @@ class ReconcilerSettings(_Section):
         gt=0,
         description="a runtime's API client unused this long is closed (KCP memory follows activity, not the fleet)",
     )
+    kubernetes_events_per_second: float = Field(
+        default=10,
+        gt=0,
+        description="Kubernetes Events this replica writes into KCP, on average at most (each is an etcd write kept "
+        "for the event TTL); besides, an object gets 25 at once, then one every 5 minutes. The rest are dropped and "
+        "counted (kyma_reconciler_kubernetes_events_dropped_total)",
+    )
+    kubernetes_events_burst: int = Field(default=100, ge=1, description="Kubernetes Events written at once, at most")
     shutdown_grace_seconds: float = Field(
         default=25, ge=0, description="after SIGTERM, how long running reconciles may take to finish"
     )

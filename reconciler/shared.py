@@ -1,11 +1,12 @@
 """What every controller reads: KCP, the runtimes KCP knows (Kyma CRs), and clients to reach them."""
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from clients import informer, kube
+from clients import informer, kube, recorder
 from contract import wire
 from reconciler import crds, runtime_clients, settings, sharding, workqueue
 
@@ -23,6 +24,8 @@ class Shared:
     queue_metrics: workqueue.QueueMetrics
     ownership: sharding.Ownership
     """Which runtimes this replica reconciles (all, unless sharded)."""
+    events: recorder.EventRecorder
+    """Kubernetes Events into KCP, within their budgets."""
 
     @classmethod
     def build(cls, kcp: kube.ApiClient, config: settings.ReconcilerSettings, registry: CollectorRegistry) -> "Shared":
@@ -59,6 +62,13 @@ class Shared:
             ),
             queue_metrics=workqueue.QueueMetrics(registry),
             ownership=sharding.Ownership(config.sharding.shards if config.sharding.enabled else None),
+            events=recorder.EventRecorder(
+                kcp,
+                component=wire.RECONCILER_EVENT_SOURCE,
+                per_second=config.kubernetes_events_per_second,
+                burst=config.kubernetes_events_burst,
+                dropped=_dropped_events(registry),
+            ),
         )
 
     def __post_init__(self) -> None:
@@ -79,3 +89,13 @@ class Shared:
 
     def labels_of(self, runtime: str) -> dict[str, str]:
         return dict(((self.kyma(runtime) or {}).get("metadata") or {}).get("labels") or {})
+
+
+def _dropped_events(registry: CollectorRegistry) -> Callable[[str], None]:
+    counter = Counter(
+        "kyma_reconciler_kubernetes_events_dropped_total",
+        "Kubernetes Events not written because their object's or the replica's budget was spent, by reason",
+        ["reason"],
+        registry=registry,
+    )
+    return lambda reason: counter.labels(reason).inc()

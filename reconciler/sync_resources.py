@@ -39,7 +39,6 @@ from reconciler.shared import Shared
 log = logging.getLogger(__name__)
 
 FINALIZER = "operator.kyma-project.io/sync-resource"
-COMPONENT = "kyma-sync-reconciler"
 _WAIT_FOR_DELETION = 2.0
 GONE = "gone: "
 """How an item whose object is gone for good says so (Delete, UpdateAndDelete): it is orphaned, to be removed."""
@@ -1058,12 +1057,7 @@ class SyncResourceReconciler:
             await self._event(resource, "Normal", action, f"item {item}: {action.lower()} (runtimes: {_few(runtimes)})")
 
     async def _event(self, resource: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        try:
-            await kube.record_event(
-                self._kcp, involved=resource, type_=type_, reason=reason, message=message, component=COMPONENT
-            )
-        except kube.KubeError as exc:
-            log.warning("could not record an Event", extra={"error": str(exc)})
+        await self._shared.events.record(resource, type_=type_, reason=reason, message=message)
 
 
 def _record(runtime: str, item: model.Item, ref: objects.Ref) -> model.AppliedRef:
