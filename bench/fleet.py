@@ -144,6 +144,9 @@ async def main() -> None:
     parser.add_argument("--burst", type=int, help="edits at once (default: one per runtime)")
     parser.add_argument("--kill", action="store_true", help="a reconciler and the listener killed in a drift window")
     parser.add_argument(
+        "--reconciler-event-loop", choices=("uvloop", "asyncio"), default="uvloop", help="the reconcilers' loop"
+    )
+    parser.add_argument(
         "--idle-seconds",
         type=float,
         default=150,
@@ -231,6 +234,7 @@ async def main() -> None:
                             },
                             "kyma": {"enabled": False},
                             "sharding": {"enabled": True, "identity": identity},
+                            "event_loop": args.reconciler_event_loop,
                         }
                     )
                 )
@@ -451,6 +455,7 @@ async def main() -> None:
                     {
                         "runtimes": len(names),
                         "reconciler_replicas": args.reconcilers,
+                        "reconciler_event_loop": args.reconciler_event_loop,
                         "setup_seconds": round(setup_seconds, 1),
                         "convergence_seconds": round(convergence, 1),
                         "group_ready_at_convergence": group_status.get("ready"),

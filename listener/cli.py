@@ -1,15 +1,13 @@
 """``kyma-listener``: the KCP ingress endpoint for watcher events."""
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import pydantic
-import uvloop
 
-from kit import aio
+from kit import aio, loops
 from listener import server, settings
 from observability import cli as observability_cli
 
@@ -41,10 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check_config:
         print("configuration is valid")
         return 0
-    loop_factory = uvloop.new_event_loop if config.event_loop == "uvloop" else None
     try:
-        with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(_serve(config))
+        loops.run(_serve(config), loop=config.event_loop)
     except OSError as exc:
         print(f"kyma-listener: {exc}", file=sys.stderr)
         return 1

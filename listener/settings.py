@@ -8,7 +8,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from clients import bus
 from contract import ids, wire
-from kit import files
+from kit import files, loops
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 UpstreamComponentField = Annotated[str, AfterValidator(lambda v: ids.check_dns_label(v, what="upstream component"))]
@@ -120,8 +120,8 @@ class ListenerSettings(_Section):
         "fleet (an idle watcher reconnects for its heartbeat, once a minute)",
     )
     identity: IdentitySettings = IdentitySettings()
-    event_loop: Literal["uvloop", "asyncio"] = Field(
-        default="uvloop",
+    event_loop: loops.EventLoop = Field(
+        default=loops.DEFAULT,
         description="uvloop: sockets and TLS in libuv (about 9 % more events per core in "
         "bench/listener_throughput.py); asyncio: the standard library's loop",
     )

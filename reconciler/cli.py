@@ -13,7 +13,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from clients import kube
-from kit import aio
+from kit import aio, loops
 from observability import cli as observability_cli
 from observability import endpoints
 from observability import metrics as observability_metrics
@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kyma-reconciler: invalid configuration: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(_main(args, config))
+        loops.run(_main(args, config), loop=config.event_loop)
     except (OSError, kube.KubeError, kube.KubeconfigError) as exc:
         print(f"kyma-reconciler: {exc}", file=sys.stderr)
         return 1

@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from clients import bus, kube
 from contract import wire
-from kit import files
+from kit import files, loops
 from reconciler import kinds, tenancy
 
 
@@ -227,6 +227,11 @@ class ReconcilerSettings(_Section):
     kubernetes_events_burst: int = Field(default=100, ge=1, description="Kubernetes Events written at once, at most")
     shutdown_grace_seconds: float = Field(
         default=25, ge=0, description="after SIGTERM, how long running reconciles may take to finish"
+    )
+    event_loop: loops.EventLoop = Field(
+        default=loops.DEFAULT,
+        description="uvloop: sockets and TLS in libuv (the reconciler's work is mostly TLS requests to apiservers); "
+        "asyncio: the standard library's loop",
     )
     sync_resources: SyncResourcesSettings = SyncResourcesSettings()
     mirror: MirrorSettings = MirrorSettings()
