@@ -19,6 +19,7 @@ Paths are built from parts that are each quoted, so a name can never add path se
 """
 
 import asyncio
+import base64
 import dataclasses
 import datetime
 import json
@@ -181,23 +182,37 @@ def _client(configuration: client.Configuration) -> ApiClient:
     """A client that reads the environment once, here, not on every request.
 
     kubernetes-asyncio's session trusts the environment, so aiohttp looked up the proxy and ~/.netrc in a thread
-    for each request: three times the CPU per request (bench/kube_client.py). HTTPS_PROXY and NO_PROXY are
-    honoured as before, for the apiserver's address; a proxy in the kubeconfig wins; ~/.netrc is not read
-    (nor does kubectl read it).
+    for each request: three times the CPU per request (bench/kube_client.py). The proxy environment is read as
+    aiohttp read it, for the apiserver's address; a proxy in the kubeconfig wins. ~/.netrc is no longer read,
+    for the apiserver nor for the proxy (kubectl reads it for neither): proxy credentials go in the proxy's URL.
     """
     if not configuration.proxy:
-        configuration.proxy = environment_proxy(configuration.host or "")
+        found = environment_proxy(configuration.host or "")
+        if found is not None:
+            configuration.proxy, authorization = found
+            if authorization is not None:
+                configuration.proxy_headers = {"Proxy-Authorization": authorization}
     api = client.ApiClient(configuration=configuration)
     api.rest_client.pool_manager._trust_env = False
     return api
 
 
-def environment_proxy(server: str) -> str | None:
-    """The proxy the environment names for ``server`` (HTTPS_PROXY, HTTP_PROXY, NO_PROXY), if any."""
+def environment_proxy(server: str) -> tuple[str, str | None] | None:
+    """The proxy HTTPS_PROXY or HTTP_PROXY names for ``server`` unless NO_PROXY spares it, and the Basic
+    Proxy-Authorization of the credentials in its URL; as aiohttp's ``trust_env`` finds it (an https:// proxy is
+    not supported there either: ignored)."""
     url = urllib.parse.urlsplit(server)
     if not url.hostname or urllib.request.proxy_bypass(url.hostname):
         return None
-    return urllib.request.getproxies().get(url.scheme)
+    proxy = urllib.parse.urlsplit(urllib.request.getproxies().get(url.scheme, ""))
+    if proxy.scheme != "http" or not proxy.hostname:
+        return None
+    authorization = None
+    if proxy.username:
+        credentials = f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password or '')}"
+        authorization = "Basic " + base64.b64encode(credentials.encode()).decode()
+    netloc = proxy.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(proxy._replace(netloc=netloc)), authorization
 
 
 async def client_from(kubeconfig: Path | None, *, connections: int = _DEFAULT_CONNECTIONS) -> ApiClient:

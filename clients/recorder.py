@@ -5,8 +5,10 @@ A drift storm repairs thousands of objects a minute: an Event for each would be 
 for a history nobody reads at that pace (in the fleet benchmark, the only KCP write a drift repair
 made). As client-go's recorder does (its spam filter: per involved object a burst of 25, then one
 every five minutes), and as the apiserver's EventRateLimit admission does for a whole server, an
-Event is dropped once its object's or this process' budget is spent. Drops are counted by the
-caller and logged at most once a minute; what happened stays in the status, metrics and logs.
+Event is dropped once its object's or this process' budget is spent. Normal and Warning Events
+have budgets of their own: a storm of repairs never silences a refusal or a conflict. Drops are
+counted by the caller and logged at most once a minute; what happened stays in the status,
+metrics and logs.
 """
 
 import logging
@@ -46,9 +48,12 @@ class EventRecorder:
 
     async def record(self, involved: dict[str, Any], *, type_: str, reason: str, message: str) -> bool:
         """An Event about ``involved`` (a full object), unless a budget is spent; False when not written."""
-        if self._per_object.acquire(involved["metadata"]["uid"]) or self._overall.acquire(""):
+        per_object = f"{involved['metadata']['uid']}/{type_}"
+        if not (self._per_object.has_token(per_object) and self._overall.has_token(type_)):
             self._drop(reason)
             return False
+        self._per_object.acquire(per_object)
+        self._overall.acquire(type_)
         try:
             await kube.record_event(
                 self._api, involved=involved, type_=type_, reason=reason, message=message, component=self._component

@@ -30,7 +30,8 @@ DELIVERIES_HEADER = "Kyma-Deliveries"
 RECONCILER_FIELD_MANAGER = "kyma-sync-reconciler"
 """The field manager of every reconciler write; watchers drop changes made under it."""
 RECONCILER_EVENT_SOURCE = "kyma-sync-reconciler"
-"""The source component of the Kubernetes Events the reconciler records in KCP (as kubectl describe shows them)."""
+"""The source component of the Kubernetes Events the reconciler records in KCP (as kubectl describe shows them);
+the same name as the field manager, but a different contract: one may change without the other."""
 
 SYNC_MODULE = "kyma-sync"
 """The module of kyma-sync's own reconcilers: events of synced objects, their kubeconfigs."""

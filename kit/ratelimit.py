@@ -32,6 +32,17 @@ class RateLimiter:
 
     def acquire(self, key: str) -> float:
         """Take one token for ``key``: 0.0 if granted, else the seconds until one is available."""
+        bucket = self._refilled(key)
+        if bucket.tokens >= 1.0:
+            bucket.tokens -= 1.0
+            return 0.0
+        return (1.0 - bucket.tokens) / self._rate
+
+    def has_token(self, key: str) -> bool:
+        """Whether ``acquire`` would grant one now (none taken: for a caller that needs tokens of two limiters)."""
+        return self._refilled(key).tokens >= 1.0
+
+    def _refilled(self, key: str) -> _Bucket:
         now = self._clock()
         self._prune(now)
         bucket = self._buckets.get(key)
@@ -39,10 +50,7 @@ class RateLimiter:
             bucket = self._buckets[key] = _Bucket(tokens=self._burst, updated=now)
         bucket.tokens = min(self._burst, bucket.tokens + (now - bucket.updated) * self._rate)
         bucket.updated = now
-        if bucket.tokens >= 1.0:
-            bucket.tokens -= 1.0
-            return 0.0
-        return (1.0 - bucket.tokens) / self._rate
+        return bucket
 
     def __len__(self) -> int:
         """Buckets held (not yet full again)."""

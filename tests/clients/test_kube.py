@@ -1,6 +1,7 @@
 """The raw Kubernetes client against a real apiserver: errors are raised, not misread."""
 
 import asyncio
+import base64
 import uuid
 from collections.abc import AsyncIterator
 
@@ -65,6 +66,7 @@ async def test_the_environments_proxy_is_used_unless_no_proxy_names_the_apiserve
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HTTPS_PROXY", url)
     async with await kube.api_client(kubeconfig) as api:
+        assert not api.rest_client.pool_manager.trust_env  # the environment is not looked up per request
         with pytest.raises(kube.KubeError):
             await kube.request(api, "GET", "/api/v1/namespaces/default")
     assert seen == [f"CONNECT {server} HTTP/1.1"]
@@ -72,6 +74,22 @@ async def test_the_environments_proxy_is_used_unless_no_proxy_names_the_apiserve
     async with await kube.api_client(kubeconfig) as api:
         assert (await kube.request(api, "GET", "/api/v1/namespaces/default"))["metadata"]["name"] == "default"
     assert len(seen) == 1
+
+
+def test_the_environments_proxy_is_found_as_aiohttp_found_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("no_proxy", "NO_PROXY", "https_proxy", "http_proxy", "HTTP_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:p%40ss@proxy.example:3128")
+    found = kube.environment_proxy("https://10.0.0.1:6443")
+    assert found is not None
+    assert found[0] == "http://proxy.example:3128"
+    assert found[1] == "Basic " + base64.b64encode(b"user:p@ss").decode()
+    assert kube.environment_proxy("http://10.0.0.1:8080") is None  # HTTP_PROXY is not set
+    monkeypatch.setenv("NO_PROXY", "10.0.0.1")
+    assert kube.environment_proxy("https://10.0.0.1:6443") is None
+    monkeypatch.setenv("NO_PROXY", "")
+    monkeypatch.setenv("HTTPS_PROXY", "https://proxy.example:3128")
+    assert kube.environment_proxy("https://10.0.0.1:6443") is None  # aiohttp ignores https:// proxies too
 
 
 async def test_request_creates_and_conflicts(skr_api: kube.ApiClient) -> None:

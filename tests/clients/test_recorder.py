@@ -67,3 +67,21 @@ async def test_the_process_budget_bounds_events_about_many_objects(skr_api: kube
     assert await events.record(objects[4], type_="Normal", reason="Created", message="a second later")
     assert [await _events_about(skr_api, o) for o in objects] == [1, 1, 1, 0, 1]
     assert dropped == ["Created", "Created"]
+
+
+async def test_a_storm_of_normal_events_leaves_the_warnings_their_budget(skr_api: kube.ApiClient) -> None:
+    """Repairs use up the Normal budgets (the object's and the process'); a refusal still gets its Warning, and
+    Events dropped for one budget take nothing from the other."""
+    clock, dropped = Clock(), list[str]()
+    events = recorder.EventRecorder(
+        skr_api, component="test", per_second=1, burst=recorder.PER_OBJECT_BURST, dropped=dropped.append, clock=clock
+    )
+    involved, other = await _configmap(skr_api), await _configmap(skr_api)
+    for n in range(30):
+        await events.record(involved, type_="Normal", reason="Updated", message=f"repair {n}")
+    assert not await events.record(other, type_="Normal", reason="Updated", message="the process' budget is spent")
+    assert await events.record(involved, type_="Warning", reason="Conflict", message="still heard")
+    assert await events.record(other, type_="Warning", reason="Forbidden", message="still heard")
+    clock.now += 1
+    assert await events.record(other, type_="Normal", reason="Updated", message="its object's budget was untouched")
+    assert dropped == ["Updated"] * (30 - recorder.PER_OBJECT_BURST + 1)
