@@ -11,6 +11,10 @@ listener is held to (a synchronous JetStream publish per event is the listener's
 --profile FILE: runs the listener under cProfile and prints where its time went.
 --listeners N: N listener processes sharing the port (SO_REUSEPORT: the kernel spreads connections),
 each with its own management port; their CPU is summed.
+--forwarded: the listener in forward-client-cert mode, as behind an ingress that terminates mTLS:
+the clients send plain HTTP with nginx's header (the URL-encoded PEM of their certificate), from a
+trusted proxy address; the listener still verifies chain, revocation and identity. The TLS work
+moves to the ingress (not measured here).
 
     python bench/listener_throughput.py --clients 64 --events 20000 --nats-bench ~/go/bin/nats
 """
@@ -27,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 import aiohttp
@@ -58,13 +63,18 @@ def _event(runtime: str, n: int) -> bytes:
     )
 
 
-async def _client(url: str, context: ssl.SSLContext, bodies: list[bytes], latencies: list[float]) -> int:
+FORWARDED_HEADER = "ssl-client-cert"
+
+
+async def _client(
+    url: str, context: ssl.SSLContext | None, headers: dict[str, str], bodies: list[bytes], latencies: list[float]
+) -> int:
     accepted = 0
-    connector = aiohttp.TCPConnector(ssl=context, limit=1)
+    connector = aiohttp.TCPConnector(ssl=context if context is not None else False, limit=1)
     async with aiohttp.ClientSession(connector=connector) as session:
         for body in bodies:
             started = time.perf_counter()
-            async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
+            async with session.post(url, data=body, headers=headers) as response:
                 await response.read()
                 if response.status == 202:
                     accepted += 1
@@ -142,6 +152,9 @@ async def main() -> None:
     parser.add_argument("--profile", type=Path, help="run the listener under cProfile, write the profile here")
     parser.add_argument("--listeners", type=int, default=1, help="listener processes sharing the port (default 1)")
     parser.add_argument("--event-loop", choices=("uvloop", "asyncio"), default="uvloop", help="the listener's loop")
+    parser.add_argument(
+        "--forwarded", action="store_true", help="forward-client-cert mode: TLS terminated by an ingress (not measured)"
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="kyma-bench-listener-"))
@@ -163,7 +176,11 @@ async def main() -> None:
         "event_loop": args.event_loop,
         "modules": ["bench"],
         "default_runtime_modules": ["bench"],
-        "tls": {"cert_file": str(work / "server.crt"), "key_file": str(work / "server.key")},
+        **(
+            {"proxy": {"enabled": True, "client_cert_header": FORWARDED_HEADER, "trusted_proxies": ["127.0.0.1/32"]}}
+            if args.forwarded
+            else {"tls": {"cert_file": str(work / "server.crt"), "key_file": str(work / "server.key")}}
+        ),
         "trust": {"client_ca_file": str(work / "ca.crt")},
         "rate_limit": {"events_per_second": 1e6, "burst": 1_000_000},
         "nats": {"servers": [bus.url], "credentials": bus.credentials("listener").model_dump(mode="json")},
@@ -195,24 +212,32 @@ async def main() -> None:
         for management in managements:
             await _wait_ready(f"http://127.0.0.1:{management}/readyz")
         per_client = args.events // args.clients
-        contexts, workloads = [], []
+        clients: list[tuple[ssl.SSLContext | None, dict[str, str]]] = []
+        workloads = []
         for c in range(args.clients):
             runtime = f"bench-{c}"
             pair = pki.runtime_client_cert(runtime_ca, runtime)
-            cert, key = work / f"{runtime}.crt", work / f"{runtime}.key"
-            cert.write_bytes(pair.cert_pem)
-            key.write_bytes(pair.key_pem)
-            context = ssl.create_default_context(cadata=server_ca.cert_pem.decode())
-            context.load_cert_chain(cert, key)
-            contexts.append(context)
+            headers = {"Content-Type": "application/json"}
+            if args.forwarded:
+                clients.append((None, headers | {FORWARDED_HEADER: urllib.parse.quote(pair.cert_pem.decode())}))
+            else:
+                cert, key = work / f"{runtime}.crt", work / f"{runtime}.key"
+                cert.write_bytes(pair.cert_pem)
+                key.write_bytes(pair.key_pem)
+                context = ssl.create_default_context(cadata=server_ca.cert_pem.decode())
+                context.load_cert_chain(cert, key)
+                clients.append((context, headers))
             workloads.append([_event(runtime, n) for n in range(per_client)])
         latencies: list[float] = []
-        url = f"https://127.0.0.1:{port}/v1/events"
+        url = f"{'http' if args.forwarded else 'https'}://127.0.0.1:{port}/v1/events"
         cpu_before = sum(_cpu_seconds(listener.pid) for listener in listeners)
         started = time.perf_counter()
         accepted = sum(
             await asyncio.gather(
-                *(_client(url, ctx, work_, latencies) for ctx, work_ in zip(contexts, workloads, strict=True))
+                *(
+                    _client(url, context, headers, work_, latencies)
+                    for (context, headers), work_ in zip(clients, workloads, strict=True)
+                )
             )
         )
         elapsed = time.perf_counter() - started
@@ -224,6 +249,7 @@ async def main() -> None:
                     "clients": args.clients,
                     "listeners": args.listeners,
                     "event_loop": args.event_loop,
+                    "client_certificate": "forwarded by an ingress" if args.forwarded else "mTLS at the listener",
                     "events_sent": per_client * args.clients,
                     "events_accepted": accepted,
                     "seconds": round(elapsed, 2),
