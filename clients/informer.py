@@ -4,7 +4,7 @@ Bookmarks advance the resourceVersion without reaching the handler; a watch the 
 (timeout) resumes where it was; 410 Gone relists; other API errors back off with jitter and
 relist. Only ``stop`` (which abandons a watch in progress) or cancellation ends it.
 
-``Informer`` keeps what it follows in a cache (controller-runtime's informer + cache): a
+``Informer`` keeps what it follows in a cache (controller-runtime's informer + cache), without managedFields: a
 controller reads the cache, subscribes to its changes as triggers, and waits for ``synced``
 before deciding anything, because before the first list an absent entry means "not seen
 yet", never "does not exist". A relist reports what vanished meanwhile as DELETED.
@@ -104,6 +104,15 @@ class Change:
 Listener = Callable[[Change], None]
 
 
+def _without_bookkeeping(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` without metadata.managedFields, as controller-runtime's caches keep objects
+    (TransformStripManagedFields): the apiserver's record of who set which field is often the larger part of a
+    small object, and KCP caches a Kyma, a kubeconfig Secret and a SyncResource per runtime. Nothing reads them
+    from a cache; a write never carries them back (an update without managedFields leaves them as they are)."""
+    obj["metadata"].pop("managedFields", None)
+    return obj
+
+
 class Informer:
     """One resource followed into a cache of objects by (namespace, name)."""
 
@@ -142,7 +151,7 @@ class Informer:
         )
 
     async def listed(self, items: list[dict[str, Any]]) -> None:
-        fresh = {key_of(obj): obj for obj in items}
+        fresh = {key_of(obj): _without_bookkeeping(obj) for obj in items}
         changes = [Change("DELETED", old, None) for key, old in self._objects.items() if key not in fresh]
         for key, obj in fresh.items():
             old = self._objects.get(key)
@@ -161,7 +170,7 @@ class Informer:
             self._objects.pop(key, None)
             self._notify([Change("DELETED", old or obj, None)])
             return
-        self._objects[key] = obj
+        self._objects[key] = obj = _without_bookkeeping(obj)
         self._notify([Change("ADDED" if old is None else "MODIFIED", old, obj)])
 
     def _notify(self, changes: list[Change]) -> None:
