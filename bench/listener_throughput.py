@@ -13,8 +13,8 @@ listener is held to (a synchronous JetStream publish per event is the listener's
 each with its own management port; their CPU is summed.
 --forwarded: the listener in forward-client-cert mode, as behind an ingress that terminates mTLS:
 the clients send plain HTTP with nginx's header (the URL-encoded PEM of their certificate), from a
-trusted proxy address; the listener still verifies chain, revocation and identity. The TLS work
-moves to the ingress (not measured here).
+trusted proxy address; the listener checks chain, revocation and identity as in mTLS mode (once per
+certificate, then cached). The TLS work moves to the ingress (not measured here).
 
     python bench/listener_throughput.py --clients 64 --events 20000 --nats-bench ~/go/bin/nats
 """

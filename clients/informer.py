@@ -168,7 +168,7 @@ class Informer:
         old = self._objects.get(key)
         if kind == "DELETED":
             self._objects.pop(key, None)
-            self._notify([Change("DELETED", old or obj, None)])
+            self._notify([Change("DELETED", old or _without_bookkeeping(obj), None)])
             return
         self._objects[key] = obj = _without_bookkeeping(obj)
         self._notify([Change("ADDED" if old is None else "MODIFIED", old, obj)])

@@ -191,6 +191,7 @@ async def test_a_reconcile_longer_than_ack_wait_is_not_redelivered(
 
     await eventually(settled, what="the ack counted")
     info = await js.consumer_info(bus.StreamSettings().name, f"d-{module}")
+    assert info.config.ack_wait == 3, "with the server's 30 s the sleep would pass without a heartbeat"
     assert calls == 1 and info.num_redelivered == 0
 
 

@@ -16,7 +16,6 @@ from prometheus_client import CollectorRegistry
 
 from clients import kube
 from contract import events, wire
-from devenv import landscape as landscape_mod
 from devenv import net
 from pki import pki
 from watcher import agent as agent_mod
@@ -203,7 +202,6 @@ async def recording_listener(tmp_path: Path) -> AsyncIterator[tuple[RecordingLis
 
 @pytest.fixture
 async def runtime(
-    landscape: landscape_mod.Landscape,
     skr_api: kube.ApiClient,
     recording_listener: tuple[RecordingListener, pki.KeyPair, Path],
     tmp_path: Path,
