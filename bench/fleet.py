@@ -17,7 +17,8 @@ Then:
   are SIGKILLed (the listener restarted after 3 s): every edit must still be reset, and no
   synced object may be deleted (DELETED events on the watch are counted);
 - resources: CPU seconds and RSS of every KCP component, busy and after --idle-seconds of rest
-  (idle runtime clients and connections released), with the clients and connections still held.
+  (idle runtime clients and connections released), with the clients (held, and retired but still
+  open) and connections left.
 
     python bench/fleet.py --runtimes 10000 --reconcilers 2 --kill
 """
@@ -149,8 +150,9 @@ async def main() -> None:
     parser.add_argument(
         "--idle-seconds",
         type=float,
-        default=150,
-        help="then idle this long before the memory is read (past the client idle time and the keepalive)",
+        default=330,
+        help="then idle this long before the memory is read (default 330: past a retired client's linger, 300 s "
+        "after its last use, and the listener's keepalive)",
     )
     args = parser.parse_args()
     if args.reconcilers > len(nats_mod.RECONCILER_REPLICAS):
@@ -449,6 +451,7 @@ async def main() -> None:
             await asyncio.sleep(args.idle_seconds)
             components = {name: usage(pid) for name, pid in pids.items()}
             clients = _metric(reconciler_ports, "kyma_reconciler_runtime_clients")
+            retired = _metric(reconciler_ports, "kyma_reconciler_runtime_clients_retired")
             connections = _metric({"listener": listener_management}, "kyma_listener_connections")
             print(
                 json.dumps(
@@ -466,6 +469,7 @@ async def main() -> None:
                         "synced_objects_deleted_in_all": len(resets.deleted),
                         "idle_seconds": args.idle_seconds,
                         "idle_runtime_clients_held": clients,
+                        "idle_runtime_clients_retired_still_open": retired,
                         "idle_listener_connections": connections,
                         "components": {
                             name: {

@@ -5,10 +5,12 @@ kyma-sync-kubeconfigs): the reconcilers never see a runtime's master kubeconfig.
 the manager's cache of those Secrets, so building a client costs no request to KCP. A semaphore
 per runtime bounds how many writes go to one apiserver at once.
 
-A client unused for ``idle_seconds`` is retired (then closed after the linger), so KCP's memory
-follows activity, not the fleet: an idle runtime costs its cached Secret and Kyma, not a client
-with its TLS context and connection pool (a resync builds it again, once per pass). ``run``
-looks for them while nothing uses any client (a quiet landscape), each use looks too.
+A client unused for ``idle_seconds`` is retired, so KCP's memory follows activity, not the fleet:
+an idle runtime costs its cached Secret and Kyma, not a client with its TLS context and connection
+pool (a resync builds it again, once per pass). ``run`` looks for them while nothing uses any client
+(a quiet landscape), each use looks too. A retired client is closed once the linger has passed
+since its last use (a reconcile that took it then may still be using it), not since it was retired:
+an idle client had been unused for the idle time already.
 """
 
 import asyncio
@@ -62,6 +64,7 @@ class RuntimeClients:
         self._handles: dict[str, RuntimeHandle] = {}
         self._building: dict[str, asyncio.Lock] = {}
         self._retired: list[tuple[float, kube.ApiClient]] = []
+        """(when it may be closed, the client) of clients no longer handed out."""
 
     def secret_name(self, runtime: str) -> str:
         return wire.module_kubeconfig_secret(self._module, runtime)
@@ -70,6 +73,11 @@ class RuntimeClients:
     def cached(self) -> int:
         """Clients held now (retired ones not counted)."""
         return len(self._handles)
+
+    @property
+    def retired(self) -> int:
+        """Clients no longer handed out but still open, waiting for the linger after their last use."""
+        return len(self._retired)
 
     async def run(self, *, stop: asyncio.Event) -> None:
         """Retire idle clients and close the lingering ones until ``stop``, whether or not any client is used."""
@@ -123,13 +131,13 @@ class RuntimeClients:
         if handle is None or (secret_version is not None and handle.secret_version == secret_version):
             return False
         del self._handles[runtime]
-        self._retired.append((time.monotonic(), handle.objects.api))
+        self._retired.append((handle.used_at + self._linger, handle.objects.api))
         return True
 
-    async def _close_retired(self, *, linger: float | None = None) -> None:
-        cutoff = time.monotonic() - (self._linger if linger is None else linger)
-        closing = [api for retired_at, api in self._retired if retired_at <= cutoff]
-        self._retired = [(at, api) for at, api in self._retired if at > cutoff]
+    async def _close_retired(self, *, everything: bool = False) -> None:
+        now = time.monotonic()
+        closing = [api for closable_at, api in self._retired if everything or closable_at <= now]
+        self._retired = [] if everything else [(at, api) for at, api in self._retired if at > now]
         for api in closing:
             try:
                 await api.close()
@@ -139,4 +147,4 @@ class RuntimeClients:
     async def close(self) -> None:
         for runtime in list(self._handles):
             self.invalidate(runtime)
-        await self._close_retired(linger=-1)
+        await self._close_retired(everything=True)

@@ -77,6 +77,12 @@ class Shared:
             "Runtime API clients held (idle ones are closed: this follows activity, not the fleet)",
             registry=self.registry,
         ).set_function(lambda: self.clients.cached)
+        Gauge(
+            "kyma_reconciler_runtime_clients_retired",
+            "Runtime API clients no longer used but still open: closed once the longest reconcile timeout has passed "
+            "since their last use",
+            registry=self.registry,
+        ).set_function(lambda: self.clients.retired)
 
     def informers(self) -> tuple[informer.Informer, ...]:
         return self.kymas, self.kubeconfigs

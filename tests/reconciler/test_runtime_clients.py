@@ -73,3 +73,21 @@ async def test_idle_clients_are_closed_while_nothing_uses_any(kcp: Kcp) -> None:
             timeout=10,
             what="their connections closed after the linger",
         )
+
+
+async def test_a_retired_client_lingers_from_its_last_use_and_is_counted_until_closed(kcp: Kcp) -> None:
+    """The linger protects a reconcile that took the client at its last use, so it counts from then, not from the
+    retirement: an idle client past it is closed at once (the fleet benchmark found 1,000 clients open for the
+    idle time plus the whole linger, none of them counted as held). One still within it is counted as retired."""
+    async with _clients(kcp, linger=30, sweeping=False) as clients:
+        recent = await clients.get("skr-1")
+        await asyncio.sleep(0.6)  # idle: the next use retires it
+        await clients.get("skr-2")
+        assert clients.cached == 1 and clients.retired == 1, "retired, still open within the linger"
+        assert not recent.objects.api.rest_client.pool_manager.closed
+    async with _clients(kcp, linger=0.3, sweeping=False) as clients:
+        idle = await clients.get("skr-1")
+        await asyncio.sleep(0.6)  # idle, and longer than the linger since its last use
+        await clients.get("skr-2")
+        assert idle.objects.api.rest_client.pool_manager.closed, "closed when retired: its linger had passed"
+        assert clients.retired == 0
