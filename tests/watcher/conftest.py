@@ -1,8 +1,10 @@
-"""Watcher fixtures: a recording mTLS listener, a runtime namespace, agents to start and stop."""
+"""Watcher fixtures: a recording mTLS listener, a runtime namespace, agents to start and stop, an apiserver of a
+test's own."""
 
 import asyncio
 import contextlib
 import dataclasses
+import shutil
 import ssl
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -16,12 +18,30 @@ from prometheus_client import CollectorRegistry
 
 from clients import kube
 from contract import events, wire
-from devenv import net
+from devenv import kube as kube_mod
+from devenv import net, testbin
 from pki import pki
 from watcher import agent as agent_mod
 
 SELECTOR_LABEL = "kyma-project.io/watched"
 MODULE = "test-module"
+
+
+@contextlib.asynccontextmanager
+async def own_apiserver(
+    binaries: testbin.Binaries, workdir: Path, name: str
+) -> AsyncIterator[tuple[kube_mod.KubeCluster, kube.ApiClient]]:
+    """An etcd and apiserver only this test uses (to stop, or to fill), and an admin client of it; both processes
+    stopped and etcd's data removed afterwards (pytest keeps the last runs' tmp_path)."""
+    cluster = kube_mod.KubeCluster(name=name, workdir=workdir / name, binaries=binaries)
+    try:
+        cluster.start()
+        await asyncio.get_running_loop().run_in_executor(None, cluster.wait_ready)
+        async with await kube.api_client(cluster.admin_kubeconfig()) as api:
+            yield cluster, api
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.workdir / "etcd", ignore_errors=True)
 
 
 @dataclasses.dataclass

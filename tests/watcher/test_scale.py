@@ -1,7 +1,6 @@
 """The watcher at the size the checkpoint is built for: 50,000 watched objects in one runtime."""
 
 import asyncio
-import shutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -9,10 +8,9 @@ from typing import Any
 import pytest
 
 from clients import kube
-from devenv import kube as kube_mod
 from devenv import testbin
 
-from .conftest import Runtime, resource_version
+from .conftest import Runtime, own_apiserver, resource_version
 
 pytestmark = pytest.mark.integration
 
@@ -26,15 +24,8 @@ async def skr_api(testbin_binaries: testbin.Binaries, tmp_path: Path) -> AsyncIt
     """An apiserver of this test's own, thrown away with its etcd afterwards: the shared one would keep 50,000
     objects in its watch cache for every later test, and deleting them took longer than the test's own checks on
     a slow machine of our kind (the fresh-clone CI ran past the 300 s timeout in that clean-up)."""
-    cluster = kube_mod.KubeCluster(name="scale", workdir=tmp_path / "scale-cluster", binaries=testbin_binaries)
-    try:
-        cluster.start()
-        await asyncio.get_running_loop().run_in_executor(None, cluster.wait_ready)
-        async with await kube.api_client(cluster.admin_kubeconfig()) as api:
-            yield api
-    finally:
-        cluster.stop()
-        shutil.rmtree(cluster.workdir / "etcd", ignore_errors=True)  # pytest keeps the last runs' tmp_path
+    async with own_apiserver(testbin_binaries, tmp_path, "scale") as (_, api):
+        yield api
 
 
 async def _create_all(runtime: Runtime, names: list[str]) -> None:
