@@ -226,7 +226,10 @@ class PullConsumer:
         """Up to ``batch`` messages; none when nothing came within ``timeout``."""
         try:
             return [Delivery(m) for m in await self._subscription.fetch(batch, timeout=timeout)]
-        except nats.errors.TimeoutError:
+        except TimeoutError:
+            # nats.errors.TimeoutError, and the bare one nats-py raises when its deadline passed while the loop
+            # was busy: both mean nothing came in time, not an outage (that would close the connection under the
+            # work in flight).
             return []
         except _NATS_ERRORS as exc:
             raise BusUnavailableError(f"fetch failed: {exc!r}") from exc
