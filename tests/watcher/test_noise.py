@@ -1,5 +1,6 @@
 """The noise filter: what is worth reporting."""
 
+import copy
 from typing import Any
 
 import pytest
@@ -82,8 +83,16 @@ def test_classification(
 
 
 def test_without_fields_removes_nested_paths_and_leaves_the_input_alone() -> None:
-    """Dotted paths are removed from a copy; absent paths are ignored."""
-    original: dict[str, Any] = {"metadata": {"name": "x", "managedFields": [1]}, "status": {"a": 1}}
-    stripped = noise.without_fields(original, ["metadata.managedFields", "status", "spec.missing"])
-    assert stripped == {"metadata": {"name": "x"}}
-    assert original["metadata"]["managedFields"] == [1]
+    """Dotted paths are removed from a copy; absent paths are ignored; the input (the informer's cache) is intact."""
+    original: dict[str, Any] = {
+        "metadata": {"name": "x", "managedFields": [1], "resourceVersion": "7"},
+        "spec": {"template": {"a": 1, "b": 2}, "other": {"c": 3}},
+        "status": {"a": 1},
+    }
+    before = copy.deepcopy(original)
+    stripped = noise.without_fields(
+        original,
+        ["metadata.managedFields", "metadata.resourceVersion", "status", "spec.template.a", "spec.missing.x"],
+    )
+    assert stripped == {"metadata": {"name": "x"}, "spec": {"template": {"b": 2}, "other": {"c": 3}}}
+    assert original == before
