@@ -1,0 +1,49 @@
+"""Freed memory handed back to the operating system, so a component's RSS follows its work.
+
+glibc's malloc returns freed memory only from the top of its heap: below one live allocation, the
+pages freed after a busy phase stay in the process. A KCP reconciler that had built clients for
+1,000 runtimes held 310 MiB of free heap (34 MiB in use) after closing them; malloc_trim(0) gave
+107 MiB of RSS back. Elsewhere (musl, macOS) there is no malloc_trim and nothing is done.
+"""
+
+import asyncio
+import ctypes
+import ctypes.util
+import functools
+import logging
+from collections.abc import Callable
+
+from kit import aio
+
+log = logging.getLogger(__name__)
+
+RELEASE_EVERY_SECONDS = 60.0
+"""Often enough that memory follows a busy phase within a minute; each call walks only the free chunks."""
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
+    if trim is None:
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    released: Callable[[int], int] = trim
+    return released
+
+
+def release() -> bool:
+    """Hand the heap's free pages back; True if some were (False also where malloc_trim does not exist)."""
+    trim = _malloc_trim()
+    return bool(trim(0)) if trim is not None else False
+
+
+async def release_periodically(*, stop: asyncio.Event, every: float = RELEASE_EVERY_SECONDS) -> None:
+    """``release`` every ``every`` seconds until ``stop``."""
+    if _malloc_trim() is None:
+        log.info("no malloc_trim in this C library: freed memory stays with the allocator")
+        return
+    while not await aio.sleep_unless(stop, every):
+        release()
