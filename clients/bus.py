@@ -227,9 +227,9 @@ class PullConsumer:
         try:
             return [Delivery(m) for m in await self._subscription.fetch(batch, timeout=timeout)]
         except TimeoutError:
-            # nats.errors.TimeoutError, and the bare one nats-py raises when its deadline passed while the loop
-            # was busy: both mean nothing came in time, not an outage (that would close the connection under the
-            # work in flight).
+            # nats.errors.TimeoutError, and the bare one nats-py raises when the server's answer (a 408 once the
+            # pull expired) came after the fetch's own deadline, as on a busy loop: the server is there, nothing
+            # came in time. Not an outage (that would close the connection under the work in flight).
             return []
         except _NATS_ERRORS as exc:
             raise BusUnavailableError(f"fetch failed: {exc!r}") from exc

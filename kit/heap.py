@@ -8,10 +8,11 @@ pages freed after a busy phase stay in the process. A KCP reconciler that had bu
 
 import asyncio
 import ctypes
-import ctypes.util
 import functools
 import logging
+import time
 from collections.abc import Callable
+from typing import cast
 
 from kit import aio
 
@@ -23,15 +24,14 @@ RELEASE_EVERY_SECONDS = 60.0
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
+    try:
+        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # the C library this process already uses
+    except OSError:
         return None
-    trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
     if trim is None:
         return None
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    released: Callable[[int], int] = trim
-    return released
+    return cast(Callable[[int], int], trim)
 
 
 def release() -> bool:
@@ -46,4 +46,6 @@ async def release_periodically(*, stop: asyncio.Event, every: float = RELEASE_EV
         log.info("no malloc_trim in this C library: freed memory stays with the allocator")
         return
     while not await aio.sleep_unless(stop, every):
-        release()
+        started = time.perf_counter()
+        released = release()
+        log.debug("heap trimmed", extra={"released": released, "seconds": round(time.perf_counter() - started, 4)})

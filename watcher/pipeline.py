@@ -94,12 +94,15 @@ async def _drain(
 _SAVE_SHARE = 0.1
 """At most this share of the time goes to checkpoint saves: while a first start delivers 50,000 objects every
 shard changes between saves, and saving all of them every interval took a third of the watcher's CPU."""
+_LONGEST_SAVE_WAIT_SECONDS = 30.0
+"""However long saves take, what a crash makes the watcher resend is at most this much of its deliveries."""
 
 
 async def _keep_checkpoint(
     store: checkpoint.CheckpointStore, state: checkpoint.Checkpoint, *, interval: float, stop: asyncio.Event
 ) -> None:
-    """Save what changed every ``interval``, or less often while saves take long (a crash resends a little more)."""
+    """Save what changed every ``interval``, or less often (up to 30 s) while saves take long; a failed save is
+    retried after ``interval``."""
     wait = interval
     while True:
         stopping = await aio.sleep_unless(stop, wait)
@@ -109,7 +112,10 @@ async def _keep_checkpoint(
                 await store.save(state)
             except kube.KubeError as exc:
                 log.warning("checkpoint not saved, retrying", extra={"error": str(exc)})
-            wait = max(interval, (time.monotonic() - started) * (1 - _SAVE_SHARE) / _SAVE_SHARE)
+                wait = interval
+            else:
+                took = time.monotonic() - started
+                wait = min(max(interval, took * (1 - _SAVE_SHARE) / _SAVE_SHARE), _LONGEST_SAVE_WAIT_SECONDS)
         if stopping:
             return
 

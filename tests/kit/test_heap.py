@@ -20,8 +20,8 @@ def _rss_bytes() -> int:
 
 @pytest.mark.skipif(heap._malloc_trim() is None, reason="no malloc_trim in this C library")
 def test_memory_freed_below_a_live_allocation_goes_back_to_the_system() -> None:
-    busy = [bytes(SIZE) for _ in range(ALLOCATIONS)]  # bytes(n) is zero-filled: every page is touched
-    kept = bytes(SIZE)  # allocated after them: the heap's top stays in use, so free() alone returns nothing
+    busy = [b"\x01" * SIZE for _ in range(ALLOCATIONS)]  # written, so every page is resident
+    kept = b"\x01" * SIZE  # allocated after them: the heap's top stays in use, so free() alone returns nothing
     peak = _rss_bytes()
     del busy
     assert heap.release()
