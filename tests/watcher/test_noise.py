@@ -83,7 +83,7 @@ def test_classification(
 
 
 def test_without_fields_removes_nested_paths_and_leaves_the_input_alone() -> None:
-    """Dotted paths are removed from a copy; absent paths are ignored; the input (the informer's cache) is intact."""
+    """Dotted paths are removed from a copy; absent paths are ignored; the input, which the fingerprint is also made from, is intact."""
     original: dict[str, Any] = {
         "metadata": {"name": "x", "managedFields": [1], "resourceVersion": "7"},
         "spec": {"template": {"a": 1, "b": 2}, "other": {"c": 3}},
