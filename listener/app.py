@@ -211,11 +211,7 @@ def _event_route(
         state.idle.clear()
         state.metrics.in_flight.inc()
         try:
-            with tracer.start_as_current_span(
-                f"POST {route}",
-                context=tracing.extract(request.headers),
-                kind=trace.SpanKind.SERVER,
-            ) as span:
+            with tracing.server_span(tracer, f"POST {route}", request.headers) as span:
                 try:
                     response = await accept(request, state, span)
                 except errors.Rejected as rejected:
