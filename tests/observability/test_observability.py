@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
 
 from observability import logs, metrics, tracing
 
@@ -81,44 +82,49 @@ def test_every_command_tells_its_version(command: str, capsys: pytest.CaptureFix
     assert capsys.readouterr().out.strip() == f"{command} {importlib.metadata.version('kyma-sync')}"
 
 
-def test_a_process_exporting_nothing_records_no_span_yet_carries_a_callers_trace() -> None:
-    """No exporter: a span started here is not recorded (one cost the listener per event), and what is passed on
-    is the caller's own context, so a trace through this process stays whole and names no span nobody sees."""
-    tracer = tracing.configure(service_name="quiet", exporter="none", environ={}, install=False).get_tracer("test")
+def test_a_process_exporting_nothing_records_no_span_yet_carries_a_sampled_callers_trace() -> None:
+    """No exporter: a span started here for nobody is not recorded (it cost the listener per event); one under a
+    sampled caller is, and what is passed on names the caller's trace, so a trace through this process stays whole."""
+    provider = tracing.configure(service_name="quiet", exporter="none", environ={}, install=False)
+    tracer = provider.get_tracer("test")
     with tracer.start_as_current_span("alone") as alone:
-        carrier: dict[str, str] = {}
-        tracing.inject(carrier)
-    assert not alone.is_recording()
-    assert carrier == {}
+        assert not alone.is_recording()
     caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     with tracer.start_as_current_span("served", context=tracing.extract({"traceparent": caller})) as served:
-        tracing.inject(carrier)
-    assert not served.is_recording()
-    assert carrier["traceparent"] == caller
-
-
-CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-
-
-def test_a_server_span_where_nothing_is_recorded_hands_the_callers_context_on() -> None:
-    with tracing.server_span(
-        trace.get_tracer("test"), "POST /x", {"traceparent": CALLER}, provider=trace.NoOpTracerProvider()
-    ) as span:
         carrier: dict[str, str] = {}
         tracing.inject(carrier)
-    assert not span.is_recording()
-    assert carrier == {"traceparent": CALLER}
-    after: dict[str, str] = {}
-    tracing.inject(after)
-    assert after == {}, "the caller's context stays current after the block"
+        assert served.is_recording()
+    assert carrier["traceparent"].split("-")[1] == caller.split("-")[1]
+    provider.shutdown()
 
 
-def test_a_recorded_server_span_is_a_child_of_the_caller() -> None:
-    """The tests' provider records (conftest): the span is the current one in the block, under the caller."""
-    with tracing.server_span(trace.get_tracer("test"), "POST /x", {"traceparent": CALLER}) as span:
+UNSAMPLED_CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+SAMPLED_CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_a_server_span_where_nothing_is_exported_is_current_and_has_ids_for_the_logs() -> None:
+    """Exporting nothing, the server span is started without OpenTelemetry's context managers: it is the current
+    span in the block (log lines carry its ids), the caller's trace goes on through it, and it is gone after."""
+    provider = tracing.configure(service_name="quiet", exporter="none", environ={}, install=False)
+    tracer = provider.get_tracer("test")
+    with tracing.server_span(tracer, "POST /x", {"traceparent": UNSAMPLED_CALLER}, provider=provider) as span:
+        assert trace.get_current_span() is span
         carrier: dict[str, str] = {}
         tracing.inject(carrier)
-    assert span.kind is trace.SpanKind.SERVER  # type: ignore[attr-defined]
     [_, trace_id, span_id, _] = carrier["traceparent"].split("-")
-    assert trace_id == CALLER.split("-")[1]
-    assert span_id == f"{span.get_span_context().span_id:016x}" != CALLER.split("-")[2]
+    assert trace_id == UNSAMPLED_CALLER.split("-")[1]
+    assert span_id == format(span.get_span_context().span_id, "016x") != UNSAMPLED_CALLER.split("-")[2]
+    assert not span.is_recording()
+    assert trace.get_current_span() is not span
+    with tracing.server_span(tracer, "POST /x", {}, provider=provider) as alone:
+        assert alone.get_span_context().is_valid, "a request without a caller's trace starts one"
+    provider.shutdown()
+
+
+def test_a_server_span_where_spans_are_exported_is_recorded_as_the_callers_child() -> None:
+    """The tests' provider records (conftest): OpenTelemetry's own context manager, the span a SERVER span."""
+    with tracing.server_span(trace.get_tracer("test"), "POST /x", {"traceparent": SAMPLED_CALLER}) as span:
+        assert trace.get_current_span() is span
+    assert isinstance(span, ReadableSpan)
+    assert span.kind is trace.SpanKind.SERVER
+    assert span.parent is not None and span.parent.span_id == int(SAMPLED_CALLER.split("-")[2], 16)
