@@ -70,7 +70,8 @@ def configure(
     attributes = {} if environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: service_name}
     exporting = bool({"console", "otlp"} & set(chosen)) or bool(processors)
     # Exporting nothing, a process records no span of its own (a recorded span cost the listener ~10 % of its
-    # time per event) but honours a sampled caller's, so a trace through it stays whole. OTEL_TRACES_SAMPLER wins.
+    # time per event) but honours a sampled caller's, so the trace id runs on through it (its own span, never
+    # exported, is a gap between its caller's and the next process's). OTEL_TRACES_SAMPLER wins.
     sampler = None if exporting or environ.get("OTEL_TRACES_SAMPLER") else sampling.ParentBased(sampling.ALWAYS_OFF)
     provider = (TracerProvider if exporting else _UnexportedTracerProvider)(
         resource=Resource.create(attributes), sampler=sampler
@@ -98,20 +99,21 @@ def server_span(
     see, took 5 % of the listener's time per event (py-spy)."""
     parent = propagate.extract(carrier)
     if isinstance(provider or trace.get_tracer_provider(), _UnexportedTracerProvider):
-        return _Current(tracer.start_span(name, context=parent, kind=trace.SpanKind.SERVER), parent)
+        return _Current(tracer.start_span(name, context=parent, kind=trace.SpanKind.SERVER))
     return tracer.start_as_current_span(name, context=parent, kind=trace.SpanKind.SERVER)
 
 
 class _Current(AbstractContextManager[trace.Span]):
-    __slots__ = ("_parent", "_span", "_token")
+    __slots__ = ("_span", "_token")
     _token: Token[context.Context]
 
-    def __init__(self, span: trace.Span, parent: context.Context) -> None:
+    def __init__(self, span: trace.Span) -> None:
         self._span = span
-        self._parent = parent
 
     def __enter__(self) -> trace.Span:
-        self._token = context.attach(trace.set_span_in_context(self._span, self._parent))
+        # Onto the current context, as OpenTelemetry's use_span does: the caller's context also holds its baggage,
+        # which a client chooses and which must not ride on into every message published here.
+        self._token = context.attach(trace.set_span_in_context(self._span))
         return self._span
 
     def __exit__(self, *exc_info: object) -> None:

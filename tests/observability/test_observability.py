@@ -128,3 +128,16 @@ def test_a_server_span_where_spans_are_exported_is_recorded_as_the_callers_child
     assert isinstance(span, ReadableSpan)
     assert span.kind is trace.SpanKind.SERVER
     assert span.parent is not None and span.parent.span_id == int(SAMPLED_CALLER.split("-")[2], 16)
+
+
+@pytest.mark.parametrize("exported", [True, False], ids=["exported", "not-exported"])
+def test_a_server_span_hands_on_the_callers_trace_but_not_its_baggage(exported: bool) -> None:
+    """Baggage is the client's to choose: what the listener publishes carries the trace, not the caller's baggage."""
+    provider = None if exported else tracing.configure(service_name="quiet", exporter="none", environ={}, install=False)
+    tracer = trace.get_tracer("test") if provider is None else provider.get_tracer("test")
+    caller = {"traceparent": SAMPLED_CALLER, "baggage": "user=evil,x=1"}
+    with tracing.server_span(tracer, "POST /x", caller, provider=provider):
+        carrier: dict[str, str] = {}
+        tracing.inject(carrier)
+    assert set(carrier) == {"traceparent"}
+    assert carrier["traceparent"].split("-")[1] == SAMPLED_CALLER.split("-")[1]
