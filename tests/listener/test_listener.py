@@ -179,6 +179,7 @@ async def test_a_compressed_event_is_accepted_and_a_compressed_oversize_body_ref
     )
     assert packed.status == 202, packed.body
     assert packed.body["event_id"] == event.id
+    assert (await stored_message(nats_client, event)).data == events.encode(event)
     bomb = gzip.compress(b" " * 2 * events.MAX_EVENT_BYTES)
     assert len(bomb) < 10 * 1024
     refused = await post(listener.events_url, context, bomb, headers={"Content-Encoding": "gzip"})
