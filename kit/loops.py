@@ -1,5 +1,5 @@
 """How a long-running component runs: on uvloop (sockets and TLS in libuv) or the standard library's loop,
-handing the memory it freed back to the operating system as it goes."""
+collecting garbage in large batches and handing the memory it freed back to the operating system as it goes."""
 
 import asyncio
 from collections.abc import Callable, Coroutine
@@ -17,6 +17,7 @@ T = TypeVar("T")
 
 def run(main: Coroutine[Any, Any, T], *, loop: EventLoop) -> T:
     """``asyncio.run`` on the chosen loop."""
+    heap.collect_less_often()
     factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop if loop == "uvloop" else None
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(_releasing_freed_memory(main))

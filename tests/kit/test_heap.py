@@ -1,6 +1,8 @@
-"""Freed heap handed back: the RSS of this very process, before and after."""
+"""Freed heap handed back: the RSS of this very process, before and after; cyclic garbage collected."""
 
+import gc
 import re
+import weakref
 from pathlib import Path
 
 import pytest
@@ -28,3 +30,22 @@ def test_memory_freed_below_a_live_allocation_goes_back_to_the_system() -> None:
     released = peak - _rss_bytes()
     assert released > ALLOCATIONS * SIZE // 2, f"{released >> 20} MiB of {ALLOCATIONS * SIZE >> 20} MiB given back"
     assert len(kept) == SIZE
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.other: _Node | None = None
+
+
+def test_a_release_collects_cyclic_garbage_that_reference_counting_leaves() -> None:
+    gc.disable()  # only the release may collect: an automatic collection in between would pass this test for it
+    try:
+        first, second = _Node(), _Node()
+        first.other, second.other = second, first
+        gone = weakref.ref(first)
+        del first, second
+        assert gone() is not None, "a cycle outlives its last reference"
+        heap.release()
+        assert gone() is None
+    finally:
+        gc.enable()
