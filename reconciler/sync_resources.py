@@ -190,8 +190,11 @@ class SyncResourceReconciler:
         *,
         bindings: informer.Informer,
         secrets: Mapping[str, informer.Informer] | None = None,
+        retry: Callable[[Iterable[Key]], None],
     ) -> None:
         self._shared = shared
+        self._retry = retry
+        """Brings keys back on their own backoff: a group's runtimes that failed in a pass over all of them."""
         self._secrets = dict(secrets or {})
         self._kcp = shared.kcp
         self._config = config
@@ -357,6 +360,13 @@ class SyncResourceReconciler:
             records_moved=loaded.legacy,
         )
         await self._announce_actions(resource, outcome_of)
+        failing = _failing(outcome_of)
+        if state == model.State.ERROR and spec.kyma is None and failing:
+            # Only the failing runtimes come back, each on its own backoff: one bad runtime among 10,000 must not
+            # make the pass over all of them run again and again. Their passes save their states; the status sum
+            # those saves trigger turns the status Ready.
+            self._retry(dataclasses.replace(owner.key, runtime=runtime) for runtime in failing)
+            return workqueue.Result()
         return self._result(owner.key, state, message, dry_run=spec.dry_run)
 
     async def _sum_up(
@@ -474,7 +484,10 @@ class SyncResourceReconciler:
         exist is forgotten, and the other runtimes go on."""
         semaphore = asyncio.Semaphore(self._config.max_concurrent_runtimes)
         journals: dict[str, Journal] = {runtime: {} for runtime in work}
-        previously = {runtime: [a for a in applied if a.runtime == runtime] for runtime in work}
+        recorded: dict[str, list[model.AppliedRef]] = {}
+        for record in applied:  # grouped once: a pass over 10,000 runtimes must not scan every record for each
+            recorded.setdefault(record.runtime, []).append(record)
+        previously = {runtime: recorded.get(runtime, []) for runtime in work}
         done: dict[str, RuntimeOutcome] = {}
 
         def cut_short(runtime: str, why: str) -> RuntimeOutcome:
@@ -511,9 +524,8 @@ class SyncResourceReconciler:
         queue, which knows its runtime)."""
         if isinstance((resource.get("spec") or {}).get("kyma"), str):
             return
-        for runtime, outcome in outcome_of.items():
-            if outcome.error or any(item.state == model.State.ERROR for item in outcome.items):
-                self._runtime_errors(CONTROLLER_NAME, runtime).inc()
+        for runtime in _failing(outcome_of):
+            self._runtime_errors(CONTROLLER_NAME, runtime).inc()
 
     async def _release_runtime(
         self, owner: Owner, runtime: str, previously: list[model.AppliedRef], journal: "Journal"
@@ -1058,6 +1070,11 @@ class SyncResourceReconciler:
 
     async def _event(self, resource: dict[str, Any], type_: str, reason: str, message: str) -> None:
         await self._shared.events.record(resource, type_=type_, reason=reason, message=message)
+
+
+def _failing(outcome_of: dict[str, RuntimeOutcome]) -> list[str]:
+    """The runtimes whose work failed as a whole or in an item."""
+    return [r for r, o in outcome_of.items() if o.error or any(i.state == model.State.ERROR for i in o.items)]
 
 
 def _record(runtime: str, item: model.Item, ref: objects.Ref) -> model.AppliedRef:

@@ -199,6 +199,16 @@ class WorkQueue(Generic[K]):
             if self._admits(key):
                 self._schedule(key, delay)
 
+    def retry(self, keys: Iterable[K]) -> None:
+        """Keys that failed within another key's run (a group's failing runtimes): each comes back on its own
+        backoff, as if it had run and failed itself."""
+        if self._stopping:
+            return
+        for key in keys:
+            if self._admits(key):
+                self._retries.inc()
+                self._schedule(key, self._backoff(key))
+
     def retry_delay(self, key: K) -> float:
         """How long until the queue retries ``key`` after its last failure (0 if it did not fail)."""
         timer = self._timers.get(key)

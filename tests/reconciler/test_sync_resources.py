@@ -3,6 +3,7 @@
 import asyncio
 import contextlib
 import functools
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from pki import kubeconfigs, pki
 from reconciler import controller, crds, sync_resources
 
 from ..waiting import eventually, more_reconciles
-from .conftest import Kcp, bind, label_kyma, register_runtime
+from .conftest import Kcp, bind, ensure_namespace, label_kyma, register_runtime
 
 pytestmark = pytest.mark.integration
 
@@ -292,6 +293,46 @@ async def test_unreachable_runtime_is_error_for_itself_only(kcp: Kcp, run_contro
     finally:
         await label_kyma(kcp.api, "skr-1", {label: None})
         await kube.delete(kcp.api, f"{crds.KYMA.path('kcp-system')}/skr-down")
+
+
+async def test_a_group_retries_only_its_failing_runtime(
+    kcp: Kcp, run_controller: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A group failing in one runtime retries that runtime alone, on its own backoff: the pass over every runtime is
+    not repeated for it (over 10,000 runtimes, one bad runtime would make the pass over all of them run again and
+    again). Fixed there without any trigger, the runtime's retry syncs it and the status turns Ready."""
+    label = f"test-{uuid.uuid4().hex[:6]}"
+    only_in_skr_1 = f"only-skr-1-{uuid.uuid4().hex[:6]}"
+    await ensure_namespace(kcp.skrs["skr-1"], only_in_skr_1)
+    item = kcp.configmap("cm-retried", {"k": "v"})
+    item["resource"]["metadata"]["namespace"] = only_in_skr_1  # skr-2 refuses it: no such namespace there
+    await label_kyma(kcp.api, "skr-1", {label: "yes"})
+    await label_kyma(kcp.api, "skr-2", {label: "yes"})
+    caplog.set_level(logging.WARNING, logger="reconciler.workqueue")
+    try:
+        async with run_controller() as running:
+            await kcp.create("retried", {"target": {"selector": {"matchLabels": {label: "yes"}}}, "items": [item]})
+            errors = running.shared.registry.get_sample_value
+            skr_2_errors = {"controller": "sync_resources", "runtime": "skr-2"}
+            await eventually(
+                lambda: (errors("kyma_reconciler_runtime_errors_total", skr_2_errors) or 0) >= 3,
+                what="skr-2 failing three times",
+            )
+            failed = [getattr(r, "key", None) for r in caplog.records if r.getMessage() == "reconcile failed"]
+            whole = f"{kcp.namespace}/retried"
+            assert failed.count(f"{whole}@skr-2") >= 2, failed
+            assert whole not in failed, "the pass over every runtime was repeated for one failing runtime"
+            assert await kcp.state("retried") == "Error"
+
+            await ensure_namespace(kcp.skrs["skr-2"], only_in_skr_1)  # nothing in KCP changes
+            await eventually(lambda: _state_is(kcp, "retried", "Ready"), timeout=60, what="Ready after the retry")
+        found = await kube.request(
+            kcp.skrs["skr-2"], "GET", f"/api/v1/namespaces/{only_in_skr_1}/configmaps/cm-retried"
+        )
+        assert found["data"] == {"k": "v"}
+    finally:
+        await label_kyma(kcp.api, "skr-1", {label: None})
+        await label_kyma(kcp.api, "skr-2", {label: None})
 
 
 async def test_five_hundred_items_converge(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
