@@ -31,15 +31,19 @@ from kit import aio
 log = logging.getLogger(__name__)
 
 RELEASE_EVERY_SECONDS = 60.0
-"""Often enough that memory follows a busy phase within a minute."""
+"""Often enough that memory follows a busy phase within a minute. The full collection holds the event loop for as
+long as it walks the heap (about 0.4 s in a loaded reconciler replica of 3,000 runtimes, 60 ms in the listener):
+once a minute instead of every few seconds."""
 YOUNG_GENERATION_ALLOCATIONS = 50_000
 """Container allocations (less deallocations) between two young collections; CPython's default is 700."""
 _THRESHOLDS = (YOUNG_GENERATION_ALLOCATIONS, 20, 10)
-"""A middle collection every 20 young ones (default 10); a full one every 10 middle ones, as by default."""
+"""A middle collection every 20 young ones (default 10); a full one after 10 middle ones as by default (and, as
+always, only once the objects promoted since the last are a quarter of the long-lived ones)."""
 
 
 def collect_less_often() -> None:
-    """Collect cycles in large batches for the rest of the process' life (see the module's docstring)."""
+    """Collect cycles in large batches for the rest of the process' life (the whole process: see the module's
+    docstring)."""
     gc.set_threshold(*_THRESHOLDS)
 
 

@@ -16,7 +16,7 @@ T = TypeVar("T")
 
 
 def run(main: Coroutine[Any, Any, T], *, loop: EventLoop) -> T:
-    """``asyncio.run`` on the chosen loop."""
+    """``asyncio.run`` on the chosen loop; sets this process' garbage collector for batches (``heap``)."""
     heap.collect_less_often()
     factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop if loop == "uvloop" else None
     with asyncio.Runner(loop_factory=factory) as runner:

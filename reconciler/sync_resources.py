@@ -51,6 +51,8 @@ _MAKE_WAY_SECONDS = 65.0
 way made when it comes back, however often it was turned away before."""
 _MESSAGE_LIMIT = 512
 _SUMMARY_KEYS = ("summary", "detailsOmitted", "itemCount", "runtimeCount", "ready")
+_RETRIED_ALONE_SHARE = 0.1
+_RETRIED_ALONE_AT_LEAST = 16
 _FAN_OUT_SHARE = 0.8
 """Of the reconcile's time limit, what may pass before the runtimes are cut short: the rest is for saving the
 records, then the status, then Events (the queue cancels a reconcile at its limit, and with it any unsaved record;
@@ -361,12 +363,13 @@ class SyncResourceReconciler:
         )
         await self._announce_actions(resource, outcome_of)
         failing = _failing(outcome_of)
-        if state == model.State.ERROR and spec.kyma is None and failing:
+        if spec.kyma is None and _retried_alone(failing, runtimes=len(outcome_of)):
             # Only the failing runtimes come back, each on its own backoff: one bad runtime among 10,000 must not
-            # make the pass over all of them run again and again. Their passes save their states; the status sum
-            # those saves trigger turns the status Ready.
+            # make the pass over all of them run again and again. Their passes save their states, and the status
+            # sum those saves trigger says how they stand. The others' state decides this key's result (one still
+            # waiting for an object to go comes back for it).
             self._retry(dataclasses.replace(owner.key, runtime=runtime) for runtime in failing)
-            return workqueue.Result()
+            state = sync_plan.overall(i.state for r, o in outcome_of.items() if r not in failing for i in o.items)
         return self._result(owner.key, state, message, dry_run=spec.dry_run)
 
     async def _sum_up(
@@ -1070,6 +1073,14 @@ class SyncResourceReconciler:
 
     async def _event(self, resource: dict[str, Any], type_: str, reason: str, message: str) -> None:
         await self._shared.events.record(resource, type_=type_, reason=reason, message=message)
+
+
+def _retried_alone(failing: list[str], *, runtimes: int) -> bool:
+    """Whether a group's runtimes that failed in its pass over all ``runtimes`` are retried one by one: up to a tenth
+    of them (or 16). Beyond that the pass over all is retried: each single pass reads its SyncResource and its
+    runtime's SyncRecord shard, so a failure everywhere (a missing Secret) is cheaper retried as one pass than as
+    thousands."""
+    return 0 < len(failing) <= max(_RETRIED_ALONE_AT_LEAST, runtimes * _RETRIED_ALONE_SHARE)
 
 
 def _failing(outcome_of: dict[str, RuntimeOutcome]) -> list[str]:

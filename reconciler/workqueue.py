@@ -13,7 +13,8 @@ Each reconcile runs under a timeout and a catch-all guard.
 
 Keys queued in bulk by a resync, the start or a shard just acquired wait in a background lane:
 a key an event or a change asks for is taken first. ``add_later`` queues keys after a delay,
-collapsing a run of triggers into one reconcile.
+collapsing a run of triggers into one reconcile; ``retry`` brings back keys that failed within
+another key's run (a group's failing runtimes) on their own backoff.
 
 A queue may admit only some keys (``admits``: a sharded replica's runtimes): others are dropped
 when added or when their turn comes, their waiters answered "elsewhere" (the owner reconciles them);
@@ -201,11 +202,11 @@ class WorkQueue(Generic[K]):
 
     def retry(self, keys: Iterable[K]) -> None:
         """Keys that failed within another key's run (a group's failing runtimes): each comes back on its own
-        backoff, as if it had run and failed itself."""
+        backoff, which grows while it keeps failing (a key already waiting for a worker or running just runs)."""
         if self._stopping:
             return
         for key in keys:
-            if self._admits(key):
+            if self._admits(key) and key not in self._ready and key not in self._running:
                 self._retries.inc()
                 self._schedule(key, self._backoff(key))
 

@@ -38,6 +38,7 @@ class _Node:
 
 
 def test_a_release_collects_cyclic_garbage_that_reference_counting_leaves() -> None:
+    enabled = gc.isenabled()
     gc.disable()  # only the release may collect: an automatic collection in between would pass this test for it
     try:
         first, second = _Node(), _Node()
@@ -48,4 +49,5 @@ def test_a_release_collects_cyclic_garbage_that_reference_counting_leaves() -> N
         heap.release()
         assert gone() is None
     finally:
-        gc.enable()
+        if enabled:
+            gc.enable()
