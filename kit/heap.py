@@ -75,6 +75,6 @@ async def release_periodically(*, stop: asyncio.Event, every: float = RELEASE_EV
         started = time.perf_counter()
         released = release()
         log.debug(
-            "garbage collected, heap trimmed",
+            "garbage collected, free heap released",
             extra={"released": released, "seconds": round(time.perf_counter() - started, 4)},
         )
