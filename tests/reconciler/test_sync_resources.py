@@ -2,11 +2,12 @@
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -301,36 +302,19 @@ async def test_a_group_retries_only_its_failing_runtime(
     """A group failing in one runtime retries that runtime alone, on its own backoff: the pass over every runtime is
     not repeated for it (over 10,000 runtimes, one bad runtime would make the pass over all of them run again and
     again). Fixed there without any trigger, the runtime's retry syncs it and the status turns Ready."""
-    label = f"test-{uuid.uuid4().hex[:6]}"
-    only_in_skr_1 = f"only-skr-1-{uuid.uuid4().hex[:6]}"
-    await ensure_namespace(kcp.skrs["skr-1"], only_in_skr_1)
-    item = kcp.configmap("cm-retried", {"k": "v"})
-    item["resource"]["metadata"]["namespace"] = only_in_skr_1  # skr-2 refuses it: no such namespace there
-    await label_kyma(kcp.api, "skr-1", {label: "yes"})
-    await label_kyma(kcp.api, "skr-2", {label: "yes"})
     caplog.set_level(logging.WARNING, logger="reconciler.workqueue")
-    try:
+    async with _refused_by_skr_2(kcp) as group:
         async with run_controller():
-            await kcp.create("retried", {"target": {"selector": {"matchLabels": {label: "yes"}}}, "items": [item]})
+            await kcp.create("retried", {"target": group.target, "items": [group.configmap("cm-retried", "v")]})
             whole = f"{kcp.namespace}/retried"
             await eventually(lambda: _failures_of(caplog, f"{whole}@skr-2") >= 2, what="skr-2 retried on its own twice")
             assert _failures_of(caplog, whole) == 0, "the pass over every runtime was repeated for one failing runtime"
             assert await kcp.state("retried") == "Error"
-            assert (
-                await kube.request(
-                    kcp.skrs["skr-1"], "GET", f"/api/v1/namespaces/{only_in_skr_1}/configmaps/cm-retried"
-                )
-            )["data"] == {"k": "v"}
+            assert await group.has("skr-1", "cm-retried", "v")
 
-            await ensure_namespace(kcp.skrs["skr-2"], only_in_skr_1)  # nothing in KCP changes
+            await ensure_namespace(kcp.skrs["skr-2"], group.namespace)  # nothing in KCP changes
             await eventually(lambda: _state_is(kcp, "retried", "Ready"), timeout=60, what="Ready after the retry")
-        found = await kube.request(
-            kcp.skrs["skr-2"], "GET", f"/api/v1/namespaces/{only_in_skr_1}/configmaps/cm-retried"
-        )
-        assert found["data"] == {"k": "v"}
-    finally:
-        await label_kyma(kcp.api, "skr-1", {label: None})
-        await label_kyma(kcp.api, "skr-2", {label: None})
+        assert await group.has("skr-2", "cm-retried", "v")
 
 
 async def test_a_group_comes_back_for_a_runtime_waiting_for_its_object_to_go_while_another_fails(
@@ -338,48 +322,61 @@ async def test_a_group_comes_back_for_a_runtime_waiting_for_its_object_to_go_whi
 ) -> None:
     """A group's pass that fails in one runtime while in another its object is still being deleted comes back for
     the one waiting: once the object is gone it is created again (the failing runtime's own retries visit only it)."""
-    label = f"test-{uuid.uuid4().hex[:6]}"
-    only_in_skr_1 = f"only-skr-1-{uuid.uuid4().hex[:6]}"
-    await ensure_namespace(kcp.skrs["skr-1"], only_in_skr_1)
     caplog.set_level(logging.WARNING, logger="reconciler.workqueue")
-
-    def item(value: str) -> dict[str, Any]:
-        found = kcp.configmap("cm-waiting", {"k": value})
-        found["resource"]["metadata"]["namespace"] = only_in_skr_1  # skr-2 refuses it: no such namespace there
-        return found
-
-    path = kube.CONFIGMAPS.object_path(only_in_skr_1, "cm-waiting")
-
-    async def in_skr_1(value: str) -> bool:
-        found = await kube.get_or_none(kcp.skrs["skr-1"], path)
-        return found is not None and found.get("data") == {"k": value}
 
     async def waiting() -> bool:
         items = ((await kcp.get("waiting") or {}).get("status") or {}).get("items") or []
         return any(i["runtime"] == "skr-1" and "being deleted" in i.get("message", "") for i in items)
 
-    await label_kyma(kcp.api, "skr-1", {label: "yes"})
-    await label_kyma(kcp.api, "skr-2", {label: "yes"})
-    try:
+    async with _refused_by_skr_2(kcp) as group:
+        path = kube.CONFIGMAPS.object_path(group.namespace, "cm-waiting")
         async with run_controller():
-            await kcp.create(
-                "waiting", {"target": {"selector": {"matchLabels": {label: "yes"}}}, "items": [item("v1")]}
-            )
-            await eventually(lambda: in_skr_1("v1"), what="synced to skr-1")
+            await kcp.create("waiting", {"target": group.target, "items": [group.configmap("cm-waiting", "v1")]})
+            await eventually(lambda: group.has("skr-1", "cm-waiting", "v1"), what="synced to skr-1")
             # Keys the start queued for each runtime (turned away while the first pass ran) have run by the time
             # skr-2 failed on its own three times: none of them is left to come back for skr-1 later.
             skr_2 = f"{kcp.namespace}/waiting@skr-2"
             await eventually(lambda: _failures_of(caplog, skr_2) >= 3, what="skr-2 retried three times")
             await kube.merge_patch(kcp.skrs["skr-1"], path, {"metadata": {"finalizers": ["test/hold"]}})
             await kube.request(kcp.skrs["skr-1"], "DELETE", path)
-            await kcp.patch_spec("waiting", {"items": [item("v2")]})
+            await kcp.patch_spec("waiting", {"items": [group.configmap("cm-waiting", "v2")]})
             await eventually(waiting, what="skr-1 waiting for its object to go")
             # The passes the spec change triggered have run once skr-2 failed on its own twice more: from here only
             # the pass's own request to come back brings skr-1 back.
             failed_before = _failures_of(caplog, skr_2)
             await eventually(lambda: _failures_of(caplog, skr_2) >= failed_before + 2, what="skr-2 retried twice")
             await kube.merge_patch(kcp.skrs["skr-1"], path, {"metadata": {"finalizers": None}})
-            await eventually(lambda: in_skr_1("v2"), timeout=60, what="created again once gone")
+            await eventually(lambda: group.has("skr-1", "cm-waiting", "v2"), timeout=60, what="created again once gone")
+
+
+@dataclasses.dataclass
+class _RefusedBySkr2:
+    """A group target over skr-1 and skr-2, and a namespace that exists in skr-1 only: an object there fails in
+    skr-2."""
+
+    kcp: Kcp
+    target: dict[str, Any]
+    namespace: str
+
+    def configmap(self, name: str, value: str) -> dict[str, Any]:
+        item = self.kcp.configmap(name, {"k": value})
+        item["resource"]["metadata"]["namespace"] = self.namespace
+        return item
+
+    async def has(self, runtime: str, name: str, value: str) -> bool:
+        found = await kube.get_or_none(self.kcp.skrs[runtime], kube.CONFIGMAPS.object_path(self.namespace, name))
+        return found is not None and found.get("data") == {"k": value}
+
+
+@contextlib.asynccontextmanager
+async def _refused_by_skr_2(kcp: Kcp) -> AsyncIterator[_RefusedBySkr2]:
+    label = f"test-{uuid.uuid4().hex[:6]}"
+    namespace = f"only-skr-1-{uuid.uuid4().hex[:6]}"
+    await ensure_namespace(kcp.skrs["skr-1"], namespace)
+    await label_kyma(kcp.api, "skr-1", {label: "yes"})
+    await label_kyma(kcp.api, "skr-2", {label: "yes"})
+    try:
+        yield _RefusedBySkr2(kcp, {"selector": {"matchLabels": {label: "yes"}}}, namespace)
     finally:
         await label_kyma(kcp.api, "skr-1", {label: None})
         await label_kyma(kcp.api, "skr-2", {label: None})
