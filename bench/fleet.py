@@ -151,8 +151,8 @@ async def main() -> None:
         "--idle-seconds",
         type=float,
         default=330,
-        help="then idle this long before the memory is read (default 330: past a retired client's linger, 300 s "
-        "after its last use, and the listener's keepalive)",
+        help="then idle this long before the memory is read (default 330: past a runtime client's idle time, 120 s, "
+        "and the listener's keepalive; kept from when a retired client lingered 300 s, so the rows compare)",
     )
     args = parser.parse_args()
     if args.reconcilers > len(nats_mod.RECONCILER_REPLICAS):

@@ -55,19 +55,17 @@ class KymaController(per_runtime.PerRuntimeController):
     async def reconcile(self, runtime: ids.RuntimeId) -> workqueue.Result:
         kyma = self.shared.kyma(runtime)
         try:
-            handle = await self.shared.clients.get(runtime)
+            async with self.shared.clients.use(runtime) as handle:
+                if kyma is None:
+                    await self._remove(handle.objects, runtime)
+                    return workqueue.Result()
+                await self.prepare(handle, definitions=[crds.kyma_crd()], namespace=RUNTIME_NAMESPACE)
+                current = await self._let_a_deleted_one_go(handle.objects)
+                applied = await self._sync(handle.objects, kyma, current)
+                await self._report_union(kyma, applied)
         except runtime_clients.RuntimeUnavailableError as exc:
             return workqueue.Result() if kyma is None else self.failed(runtime, exc)  # gone and unreachable: done
-        try:
-            if kyma is None:
-                await self._remove(handle.objects, runtime)
-                return workqueue.Result()
-            await self.prepare(handle, definitions=[crds.kyma_crd()], namespace=RUNTIME_NAMESPACE)
-            current = await self._let_a_deleted_one_go(handle.objects)
-            applied = await self._sync(handle.objects, kyma, current)
-            await self._report_union(kyma, applied)
         except (
-            runtime_clients.RuntimeUnavailableError,
             kube.KubeError,
             objects.UnknownKindError,
             StillTerminatingError,

@@ -109,27 +109,26 @@ class MirrorController(controller.Controller[Key]):
         return changed
 
     async def reconcile(self, key: Key) -> workqueue.Result:
+        if isinstance(key, RuntimeKey) and self.shared.kyma(key.runtime) is None:
+            return workqueue.Result()
         try:
-            if isinstance(key, RuntimeKey):
-                return await self._list_runtime(key.runtime)
-            return await self._reconcile_object(key)
+            async with self.shared.clients.use(key.runtime) as handle:
+                if isinstance(key, RuntimeKey):
+                    return await self._list_runtime(handle.objects, key.runtime)
+                return await self._reconcile_object(handle.objects, key)
         except (runtime_clients.RuntimeUnavailableError, kube.KubeError, objects.UnknownKindError) as exc:
             return workqueue.Result.failed(str(exc))
 
-    async def _list_runtime(self, runtime: str) -> workqueue.Result:
+    async def _list_runtime(self, runtime_objects: objects.ClusterObjects, runtime: str) -> workqueue.Result:
         """Enqueue every mirrored object of a runtime."""
-        if self.shared.kyma(runtime) is None:
-            return workqueue.Result()
-        handle = await self.shared.clients.get(runtime)
         for kind in self._config.kinds:
-            for obj in await handle.objects.list(kind.gvr.api_version, kind.kind, namespace=None, label_selector=None):
+            for obj in await runtime_objects.list(kind.gvr.api_version, kind.kind, namespace=None, label_selector=None):
                 metadata = obj["metadata"]
                 self.queue.add_all([ObjectKey(runtime, kind.resource, metadata.get("namespace"), metadata["name"])])
         return workqueue.Result()
 
-    async def _reconcile_object(self, key: ObjectKey) -> workqueue.Result:
+    async def _reconcile_object(self, runtime_objects: objects.ClusterObjects, key: ObjectKey) -> workqueue.Result:
         kind = self._kinds[key.resource]
-        handle = await self.shared.clients.get(key.runtime)
         api_version = kind.gvr.api_version
         source_ref = objects.Ref(api_version, kind.kind, key.namespace, key.name)
         mirror_ref = objects.Ref(
@@ -138,7 +137,7 @@ class MirrorController(controller.Controller[Key]):
             mirror_namespace(self._config, key.runtime),
             f"{key.namespace}.{key.name}" if key.namespace else key.name,
         )
-        source = await handle.objects.get(source_ref)
+        source = await runtime_objects.get(source_ref)
         if source is None or source["metadata"].get("deletionTimestamp"):
             mirror = await self._kcp.get(mirror_ref)
             if mirror is not None and await self._kcp.delete(
@@ -146,16 +145,16 @@ class MirrorController(controller.Controller[Key]):
             ):
                 log.info("deleted mirror", extra={"runtime": key.runtime, "object": mirror_ref.name})
             if source is not None and await self._kcp.get(mirror_ref) is None:
-                await handle.objects.set_finalizer(source, FINALIZER, present=False)
+                await runtime_objects.set_finalizer(source, FINALIZER, present=False)
             return workqueue.Result()
-        await handle.objects.set_finalizer(source, FINALIZER, present=True)
+        await runtime_objects.set_finalizer(source, FINALIZER, present=True)
         await self._ensure_namespace(mirror_ref.namespace or "")
         mirror = await self._kcp.get(mirror_ref)
         if not _newer_recorded(mirror, source):
             mirror = await self._kcp.apply(self._mirror_of(key.runtime, source, mirror_ref))
         status = (mirror or {}).get("status")
         if status and status != source.get("status"):
-            await handle.objects.apply(
+            await runtime_objects.apply(
                 {
                     "apiVersion": api_version,
                     "kind": kind.kind,

@@ -41,9 +41,9 @@ class ModuleTemplateController(per_runtime.PerRuntimeController):
         if kyma is None:
             return workqueue.Result()
         try:
-            handle = await self.shared.clients.get(runtime)
-            await self.prepare(handle, definitions=[crds.module_template_crd()], namespace=RUNTIME_NAMESPACE)
-            await self._sync(handle.objects, kyma_labels=(kyma["metadata"].get("labels") or {}))
+            async with self.shared.clients.use(runtime) as handle:
+                await self.prepare(handle, definitions=[crds.module_template_crd()], namespace=RUNTIME_NAMESPACE)
+                await self._sync(handle.objects, kyma_labels=(kyma["metadata"].get("labels") or {}))
         except (runtime_clients.RuntimeUnavailableError, kube.KubeError, objects.UnknownKindError) as exc:
             return self.failed(runtime, exc)
         return workqueue.Result()

@@ -47,18 +47,6 @@ class Shared:
                 namespace=config.kubeconfig_namespace,
                 per_runtime=config.sync_resources.per_runtime_concurrency,
                 idle_seconds=config.runtime_client_idle_seconds,
-                # A retired client stays open as long as any reconcile that may still hold it can run.
-                linger_seconds=max(
-                    section.reconcile_timeout_seconds
-                    for section in (
-                        config.sync_resources,
-                        config.mirror,
-                        config.module_templates,
-                        config.kyma,
-                        config.watch_sets,
-                        config.watcher_install,
-                    )
-                ),
             ),
             queue_metrics=workqueue.QueueMetrics(registry),
             ownership=sharding.Ownership(config.sharding.shards if config.sharding.enabled else None),
@@ -79,8 +67,8 @@ class Shared:
         ).set_function(lambda: self.clients.cached)
         Gauge(
             "kyma_reconciler_runtime_clients_retired",
-            "Runtime API clients no longer used but still open: closed once the longest reconcile timeout has passed "
-            "since their last use",
+            "Runtime API clients retired (idle, or their kubeconfig Secret changed) but still open: a reconcile is "
+            "still using them",
             registry=self.registry,
         ).set_function(lambda: self.clients.retired)
 

@@ -555,10 +555,10 @@ class SyncResourceReconciler:
         if still_wanted is not None and still_wanted(kyma):
             return RuntimeOutcome([], previously)  # the cache was behind; the next reconcile syncs it
         try:
-            handle = await self._shared.clients.get(runtime)
+            async with self._shared.clients.use(runtime) as handle:
+                kept, errors, actions = await self._release_all(handle, owner, previously)
         except runtime_clients.RuntimeUnavailableError as exc:
             return RuntimeOutcome([], previously, str(exc))
-        kept, errors, actions = await self._release_all(handle, owner, previously)
         return RuntimeOutcome([], kept, errors[0] if errors else None, actions)
 
     async def _sync_runtime(
@@ -579,13 +579,30 @@ class SyncResourceReconciler:
         """
         items = list(items)
         try:
-            handle = await self._shared.clients.get(runtime)
+            async with self._shared.clients.use(runtime) as handle:
+                return await self._sync_with(
+                    handle, owner, items, policy, runtime, previously, journal, dry_run=dry_run
+                )
         except runtime_clients.RuntimeUnavailableError as exc:
             return RuntimeOutcome(
                 [_status(i, runtime, model.State.ERROR, f"runtime unavailable: {exc}") for i in items],
                 previously,
                 str(exc),
             )
+
+    async def _sync_with(
+        self,
+        handle: runtime_clients.RuntimeHandle,
+        owner: Owner,
+        items: list[model.Item | model.Unparsable],
+        policy: tenancy.Policy,
+        runtime: str,
+        previously: list[model.AppliedRef],
+        journal: "Journal",
+        *,
+        dry_run: bool,
+    ) -> RuntimeOutcome:
+        """``_sync_runtime`` with the runtime's client taken."""
         labels = self._shared.labels_of(runtime)
 
         async def one(item: model.Item | model.Unparsable) -> ItemOutcome | Resolved:

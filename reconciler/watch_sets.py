@@ -75,9 +75,9 @@ class WatchSetController(per_runtime.RuntimeKeyed):
         if kyma is None:
             return workqueue.Result()
         try:
-            handle = await self.shared.clients.get(runtime)
-            watch_set = await self._derive(handle.objects, runtime, kyma)
-            await self._write(handle.objects, watch_set)
+            async with self.shared.clients.use(runtime) as handle:
+                watch_set = await self._derive(handle.objects, runtime, kyma)
+                await self._write(handle.objects, watch_set)
         except (runtime_clients.RuntimeUnavailableError, kube.KubeError) as exc:
             return workqueue.Result.failed(f"{runtime}: {exc}")
         return workqueue.Result()

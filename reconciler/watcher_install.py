@@ -45,11 +45,11 @@ class WatcherInstallController(per_runtime.RuntimeKeyed):
     async def reconcile(self, runtime: ids.RuntimeId) -> workqueue.Result:
         kyma = self.shared.kyma(runtime)
         try:
-            handle = await self.shared.clients.get(runtime)
-            if kyma is None:
-                await self._remove(handle.objects, runtime)
-                return workqueue.Result()
-            written = await self._install(handle.objects, runtime)
+            async with self.shared.clients.use(runtime) as handle:
+                if kyma is None:
+                    await self._remove(handle.objects, runtime)
+                    return workqueue.Result()
+                written = await self._install(handle.objects, runtime)
         except (runtime_clients.RuntimeUnavailableError, kube.UnreachableError) as exc:
             if kyma is None:
                 return workqueue.Result()  # gone, and unreachable: nothing left to clean
