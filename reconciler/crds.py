@@ -463,13 +463,22 @@ async def install(api: kube.ApiClient, definitions: list[dict[str, Any]], *, tim
 
 async def install_if_absent(api: kube.ApiClient, definitions: list[dict[str, Any]], *, timeout: float = 30) -> None:
     """Create the CRDs that do not exist yet, never touching one that does (another component owns it)."""
+    waiting = []
     for definition in definitions:
-        if await kube.get_or_none(api, CRDS.object_path(None, definition["metadata"]["name"])) is None:
+        live = await kube.get_or_none(api, CRDS.object_path(None, definition["metadata"]["name"]))
+        if live is None:
             try:
                 await kube.request(api, "POST", CRDS.path(), body=definition)
             except kube.ConflictError:
                 pass  # created meanwhile by its owner: theirs stands
-    await _established(api, definitions, timeout=timeout)
+        if live is None or not _is_established(live):
+            waiting.append(definition)
+    await _established(api, waiting, timeout=timeout)
+
+
+def _is_established(crd: dict[str, Any]) -> bool:
+    conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
+    return conditions.get("Established") == "True"
 
 
 async def _established(api: kube.ApiClient, definitions: list[dict[str, Any]], *, timeout: float) -> None:
@@ -477,9 +486,7 @@ async def _established(api: kube.ApiClient, definitions: list[dict[str, Any]], *
     for definition in definitions:
         name = definition["metadata"]["name"]
         while True:
-            crd = await kube.request(api, "GET", CRDS.object_path(None, name))
-            conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
-            if conditions.get("Established") == "True":
+            if _is_established(await kube.request(api, "GET", CRDS.object_path(None, name))):
                 break
             if asyncio.get_running_loop().time() > deadline:
                 raise kube.ApiError(503, f"CRD {name} not established within {timeout:.0f}s")

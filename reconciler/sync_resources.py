@@ -581,7 +581,14 @@ class SyncResourceReconciler:
         try:
             async with self._shared.clients.use(runtime) as handle:
                 return await self._sync_with(
-                    handle, owner, items, policy, runtime, previously, journal, dry_run=dry_run
+                    handle,
+                    owner=owner,
+                    items=items,
+                    policy=policy,
+                    runtime=runtime,
+                    previously=previously,
+                    journal=journal,
+                    dry_run=dry_run,
                 )
         except runtime_clients.RuntimeUnavailableError as exc:
             return RuntimeOutcome(
@@ -593,13 +600,13 @@ class SyncResourceReconciler:
     async def _sync_with(
         self,
         handle: runtime_clients.RuntimeHandle,
+        *,
         owner: Owner,
         items: list[model.Item | model.Unparsable],
         policy: tenancy.Policy,
         runtime: str,
         previously: list[model.AppliedRef],
         journal: "Journal",
-        *,
         dry_run: bool,
     ) -> RuntimeOutcome:
         """``_sync_runtime`` with the runtime's client taken."""

@@ -20,8 +20,8 @@ IDLE = 0.5
 
 
 @contextlib.asynccontextmanager
-async def _clients(kcp: Kcp, *, sweeping: bool) -> AsyncIterator[runtime_clients.RuntimeClients]:
-    """Clients with a half-second idle time over the cached kubeconfig Secrets (``sweeping``: their sweep runs)."""
+async def _clients(kcp: Kcp, *, sweeping: bool, idle: float = IDLE) -> AsyncIterator[runtime_clients.RuntimeClients]:
+    """Clients over the cached kubeconfig Secrets (``sweeping``: their sweep runs, every tenth of ``idle``)."""
     secrets = informer.Informer(
         kcp.api,
         kube.SECRETS,
@@ -31,7 +31,7 @@ async def _clients(kcp: Kcp, *, sweeping: bool) -> AsyncIterator[runtime_clients
     stop = asyncio.Event()
     following = asyncio.create_task(secrets.run(stop=stop))
     clients = runtime_clients.RuntimeClients(
-        secrets, module=MODULE, namespace=wire.KUBECONFIG_NAMESPACE, idle_seconds=IDLE
+        secrets, module=MODULE, namespace=wire.KUBECONFIG_NAMESPACE, idle_seconds=idle
     )
     sweep = asyncio.create_task(clients.run(stop=stop)) if sweeping else None
     try:
@@ -53,24 +53,16 @@ async def _works(handle: runtime_clients.RuntimeHandle, kcp: Kcp) -> bool:
     return await kube.get_or_none(handle.objects.api, f"/api/v1/namespaces/{kcp.runtime_namespace}") is not None
 
 
-async def test_an_idle_runtime_client_is_closed_and_built_again_on_use(kcp: Kcp) -> None:
-    """A client nobody used for the idle time is retired and closed at the next use of any other; the idle
-    runtime's next use builds a new working client. Only clients in use are held."""
+async def test_an_idle_runtime_client_is_retired_and_built_again_on_use(kcp: Kcp) -> None:
+    """A client nobody used for the idle time is retired at the next use of any other (closing it is the sweep's
+    job); the idle runtime's next use builds a new working client. Only clients in use are held."""
     async with _clients(kcp, sweeping=False) as clients:
         async with clients.use("skr-1") as first:
             assert await _works(first, kcp)
-        async with clients.use("skr-2"):
-            pass
-        assert clients.cached == 2
         await asyncio.sleep(IDLE + 0.1)
-        async with clients.use("skr-2") as busy:  # skr-1 has been idle: retired, and closed
-            pass
-        await asyncio.sleep(IDLE / 10 + 0.01)  # past a tenth of the idle time: the next use looks again
-        async with clients.use("skr-2") as again_busy:
-            assert again_busy is busy
-        assert clients.cached == 1, "only the runtime in use holds a client"
-        assert clients.retired == 0
-        assert _closed(first), "the idle client's connections are closed"
+        async with clients.use("skr-2"):  # skr-1 has been idle: retired
+            assert clients.cached == 1, "only the runtime in use holds a client"
+            assert clients.retired == 1
         async with clients.use("skr-1") as again:
             assert again is not first
             assert await _works(again, kcp)
@@ -91,32 +83,81 @@ async def test_idle_clients_are_closed_while_nothing_uses_any(kcp: Kcp) -> None:
 
 
 async def test_a_retired_client_is_closed_as_soon_as_nobody_uses_it(kcp: Kcp) -> None:
-    """A retired client nobody uses is closed at once, not kept for the longest reconcile timeout in case a
-    reconcile still held it: the 10,000-runtime benchmark's surviving replica had 4,536 such clients open
+    """A retired client nobody uses is closed at the next sweep, not kept for the longest reconcile timeout in
+    case a reconcile still held it: the 10,000-runtime benchmark's surviving replica had 4,536 such clients open
     after 330 s of rest, the resync passes' clients lingering for five minutes after their last use."""
     async with _clients(kcp, sweeping=True) as clients:
         async with clients.use("skr-1") as idle:
             pass
         await eventually(lambda: _closed(idle), timeout=10, what="the idle client closed")
         assert clients.cached == 0 and clients.retired == 0
+    async with _clients(kcp, sweeping=True, idle=60) as clients:  # swept every 6 s, idle only after a minute
         async with clients.use("skr-1") as replaced:
             pass
         assert clients.invalidate("skr-1"), "retired, as when its kubeconfig Secret changes"
-        await eventually(lambda: _closed(replaced), timeout=10, what="the replaced client closed")
+        await eventually(lambda: _closed(replaced), timeout=15, what="the replaced client closed")
         assert clients.retired == 0
 
 
 async def test_a_client_in_use_is_never_idle_nor_closed_under_its_reconcile(kcp: Kcp) -> None:
     """A reconcile longer than the idle time keeps its client; one whose client is retired meanwhile (its Secret
-    changed) goes on with it, counted as retired, and it is closed once that reconcile is done."""
+    changed) goes on with it, counted as retired, and it is closed once that reconcile is done, or failed."""
     async with _clients(kcp, sweeping=True) as clients:
         async with clients.use("skr-1") as held:
-            await asyncio.sleep(3 * IDLE)  # several sweeps, each past the idle time since it was taken
-            assert clients.cached == 1, "a client in use is not idle"
+            async with clients.use("skr-2") as taken_later:
+                pass
+            await eventually(lambda: _closed(taken_later), timeout=10, what="a client taken later closed as idle")
+            assert clients.cached == 1, "the client in use for longer is not idle"
             assert clients.invalidate("skr-1")
-            await asyncio.sleep(3 * IDLE / 10)  # sweeps that would close a retired client nobody uses
-            assert not _closed(held)
+            async with clients.use("skr-2") as witness:
+                pass
+            assert clients.invalidate("skr-2")
+            await eventually(lambda: _closed(witness), timeout=10, what="a sweep since skr-1's client was retired")
+            assert not _closed(held), "a retired client in use stays open"
             assert clients.retired == 1
             assert await _works(held, kcp), "the reconcile's requests still go through"
         await eventually(lambda: _closed(held), timeout=10, what="the retired client closed after its reconcile")
         assert clients.retired == 0
+        with pytest.raises(RuntimeError):
+            async with clients.use("skr-1") as failed:
+                raise RuntimeError("the reconcile failed")
+        await eventually(lambda: _closed(failed), timeout=10, what="a failed reconcile's client closed once idle")
+
+
+async def test_what_was_prepared_in_a_runtime_outlives_an_idle_client_not_a_new_kubeconfig_nor_a_failure(
+    kcp: Kcp,
+) -> None:
+    """A resync pass every 5 minutes builds every runtime's client again; what was ensured there (namespaces,
+    CRDs) is not ensured again by each new client. A reconcile that failed forgets it (a user may have deleted
+    the namespace), and so does a changed kubeconfig Secret, even one changing while nobody held a client."""
+    async with _clients(kcp, sweeping=True) as clients:
+        async with clients.use("skr-1") as first:
+            first.prepared.add("namespace/kyma-system")
+        await eventually(lambda: _closed(first), timeout=10, what="the idle client closed")
+        async with clients.use("skr-1") as rebuilt:
+            assert rebuilt is not first
+            assert rebuilt.prepared == {"namespace/kyma-system"}
+        clients.unprepared("skr-1")
+        async with clients.use("skr-1") as after_failure:
+            assert after_failure.prepared == set(), "ensured again after a failed reconcile"
+            after_failure.prepared.add("namespace/kyma-system")
+        secret_name = wire.module_kubeconfig_secret(MODULE, "skr-1")
+        version = after_failure.secret_version
+        await kube.request(
+            kcp.api,
+            "PATCH",
+            kube.SECRETS.object_path(wire.KUBECONFIG_NAMESPACE, secret_name),
+            body={"metadata": {"annotations": {"rotated": "now"}}},
+            content_type="application/merge-patch+json",
+        )
+        renewed: list[runtime_clients.RuntimeHandle] = []
+
+        async def a_new_client() -> bool:
+            async with clients.use("skr-1") as handle:
+                renewed.append(handle)
+                return handle is not after_failure
+
+        await eventually(a_new_client, timeout=10, what="a client built from the changed Secret")
+        assert renewed[-1].secret_version != version
+        assert renewed[-1].prepared == set(), "ensured again through the new kubeconfig"
+        await eventually(lambda: _closed(after_failure), timeout=10, what="the old client closed")
