@@ -10,8 +10,8 @@ A client is taken with ``use``, which counts who is using it. One nobody has use
 its cached Secret and Kyma, not a client with its TLS context and connection pool (a resync builds
 it again, once per pass). ``run`` looks for them while nothing uses any client (a quiet landscape),
 each use looks too. A retired client (idle, or replaced after its Secret changed) is closed by the
-next sweep once its last user is done. It used to stay open for the longest reconcile timeout after its last use,
-in case a reconcile still held it: after a resync pass over 10,000 runtimes, thousands of clients
+next sweep once its last user is done. It used to stay open for the longest reconcile timeout after
+its last use, in case a reconcile still held it: after a resync pass over 10,000 runtimes, thousands of clients
 nobody used were open for five minutes (4,536 in the 10,000-runtime benchmark's idle reading).
 """
 
@@ -74,7 +74,7 @@ class RuntimeClients:
         self._prepared: dict[str, tuple[str, set[str]]] = {}
         """Per runtime, the kubeconfig Secret's resourceVersion and what was ensured through it. It outlives an
         idle client: a resync pass every 5 minutes builds every runtime's client again, and each would otherwise
-        ensure its namespace and CRDs again (two GETs of the CRD, a POST of the namespace). A few hundred bytes
+        ensure its namespace and CRDs again (a GET of each CRD, a POST of the namespace). A few hundred bytes
         per runtime."""
 
     def secret_name(self, runtime: str) -> str:
@@ -110,7 +110,7 @@ class RuntimeClients:
         handle = self._handles.get(runtime)
         if handle is not None and handle.secret_version != self._secret_version(runtime):
             # Built from a Secret that changed while it was being built (the change found no client to drop).
-            self._retired.add(self._handles.pop(runtime))
+            self._retire(runtime)
             handle = None
         if handle is None:
             async with self._building.setdefault(runtime, asyncio.Lock()):
@@ -140,14 +140,21 @@ class RuntimeClients:
         self._idle_checked = now
         idle = [r for r, handle in self._handles.items() if not handle.users and now - handle.used_at > self._idle]
         for runtime in idle:
-            self._retired.add(self._handles.pop(runtime))
+            self._retire(runtime)
+
+    def _retire(self, runtime: str) -> None:
+        """Hand the runtime's client out no more; the sweep closes it once nobody uses it."""
+        self._retired.add(self._handles.pop(runtime))
+
+    def _secret(self, runtime: str) -> dict[str, Any] | None:
+        return self._secrets.get(self.secret_name(runtime), self._namespace)
 
     def _secret_version(self, runtime: str) -> str | None:
-        secret = self._secrets.get(self.secret_name(runtime), self._namespace)
+        secret = self._secret(runtime)
         return None if secret is None else str(secret["metadata"]["resourceVersion"])
 
     async def _build(self, runtime: str) -> RuntimeHandle:
-        secret = self._secrets.get(self.secret_name(runtime), self._namespace)
+        secret = self._secret(runtime)
         if secret is None:
             raise RuntimeUnavailableError(f"no kubeconfig Secret {self._namespace}/{self.secret_name(runtime)}")
         try:
@@ -178,7 +185,7 @@ class RuntimeClients:
         handle = self._handles.get(runtime)
         if handle is None or (secret_version is not None and handle.secret_version == secret_version):
             return False
-        self._retired.add(self._handles.pop(runtime))
+        self._retire(runtime)
         return True
 
     def unprepared(self, runtime: str) -> None:
