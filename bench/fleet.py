@@ -18,7 +18,11 @@ Then:
   synced object may be deleted (DELETED events on the watch are counted);
 - resources: CPU seconds and RSS of every KCP component, busy and after --idle-seconds of rest
   (idle runtime clients and connections released), with the clients (held, and retired but still
-  open) and connections left.
+  open) and connections left; and the cores each process (the apiservers, etcd and this load
+  generator too) used in each timed window, to tell a saturated machine from a slow component.
+
+Edits are offered at --drift-rate whatever this process's loop latency: what is due is started at
+once, so the figures say "edits" offered and "offered_per_s".
 
     python bench/fleet.py --runtimes 10000 --reconcilers 2 --kill
 """
@@ -27,6 +31,7 @@ import argparse
 import asyncio
 import datetime
 import json
+import os
 import random
 import signal
 import ssl
@@ -73,6 +78,31 @@ class Runtimes:
             found = self._contexts[runtime] = ssl.create_default_context(cafile=str(self._bundle))
             found.load_cert_chain(self._directory / f"{runtime}.crt", self._directory / f"{runtime}.key")
         return found
+
+
+class CpuMeter:
+    """The cores each process used over a window: one that starts in it counts from zero, one killed in it
+    is left out (its last figures die with it)."""
+
+    def __init__(self, pids: Callable[[], dict[str, int]]) -> None:
+        self._pids = pids
+        self._start = self._sample()
+
+    def _sample(self) -> tuple[float, dict[tuple[str, int], float]]:
+        cpu = {}
+        for name, pid in self._pids().items():
+            try:
+                cpu[(name, pid)] = usage(pid)[0]
+            except OSError:
+                continue
+        return time.perf_counter(), cpu
+
+    def cores(self) -> dict[str, float]:
+        (began, before), (now, after) = self._start, self._sample()
+        used: dict[str, float] = {}
+        for (name, pid), cpu in after.items():
+            used[name] = used.get(name, 0.0) + cpu - before.get((name, pid), 0.0)
+        return {name: round(seconds / (now - began), 2) for name, seconds in sorted(used.items())}
 
 
 class Resets:
@@ -170,6 +200,14 @@ async def main() -> None:
     main_task = asyncio.current_task()
     assert main_task is not None
     loop.add_signal_handler(signal.SIGTERM, main_task.cancel)
+
+    def pids() -> dict[str, int]:
+        found = {name: managed.pid for name, managed in procs.items() if managed.pid}
+        for cluster in running.clusters():
+            found |= {f"{cluster.name}-{role}": pid for role, pid in cluster.pids().items()}
+        if running.nats.pid:
+            found["nats-server"] = running.nats.pid
+        return found | {"load-generator": os.getpid()}
 
     def phase(text: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
@@ -358,18 +396,25 @@ async def main() -> None:
                     tasks: set[asyncio.Task[None]] = set()
                     window_started = loop.time()
                     injected = asyncio.create_task(during()) if during else None
+                    meter = CpuMeter(pids)
                     n = 0
-                    while loop.time() - window_started < seconds:
-                        n += 1
-                        task = asyncio.create_task(drift(random.choice(names)))
-                        tasks.add(task)
-                        task.add_done_callback(tasks.discard)
+                    # A loop busy with the edits in flight wakes late: start every edit that is due, not one
+                    # per wake-up, or the rate offered is this process's limit instead of --drift-rate.
+                    while (elapsed := loop.time() - window_started) < seconds:
+                        while n < int(elapsed * rate) + 1:
+                            n += 1
+                            task = asyncio.create_task(drift(random.choice(names)))
+                            tasks.add(task)
+                            task.add_done_callback(tasks.discard)
                         await asyncio.sleep(max(0.0, window_started + n / rate - loop.time()))
+                    offered = n / (loop.time() - window_started)
+                    cores = meter.cores()
                     await asyncio.gather(*tasks)
                     if injected:
                         await injected
                     await _until(lambda: not resets.edited, timeout=300)
-                    return _summary(resets.latencies, edits=n, lost=len(resets.edited), seconds=seconds)
+                    summary = _summary(resets.latencies, edits=n, lost=len(resets.edited), seconds=seconds)
+                    return summary | {"offered_per_s": round(offered, 1), "cores": cores}
 
                 phase(f"steady drift, {args.drift_rate:g}/s for {args.drift_seconds:g}s")
                 steady_result = await steady(args.drift_seconds, args.drift_rate)
@@ -377,6 +422,7 @@ async def main() -> None:
                 burst_size = args.burst or len(names)
                 resets.latencies.clear()
                 burst_started = time.perf_counter()
+                meter = CpuMeter(pids)
                 await asyncio.gather(*(drift(name) for name in random.sample(names, min(burst_size, len(names)))))
                 await _until(lambda: not resets.edited, timeout=900)
                 burst_result = _summary(
@@ -384,7 +430,7 @@ async def main() -> None:
                     edits=burst_size,
                     lost=len(resets.edited),
                     seconds=time.perf_counter() - burst_started,
-                )
+                ) | {"cores": meter.cores()}
                 phase(f"burst: {burst_result}")
 
                 before = sum(
@@ -395,6 +441,7 @@ async def main() -> None:
                     ).values()
                 )
                 template_started = time.perf_counter()
+                meter = CpuMeter(pids)
                 await kube.request(
                     kcp,
                     "POST",
@@ -422,7 +469,8 @@ async def main() -> None:
                     interval=0.5,
                 )
                 template_seconds = time.perf_counter() - template_started
-                phase(f"template passed to every runtime in {template_seconds:.0f}s")
+                template_cores = meter.cores()
+                phase(f"template passed to every runtime in {template_seconds:.0f}s, cores: {template_cores}")
 
                 fault_result: dict[str, Any] = {}
                 if args.kill:
@@ -443,13 +491,13 @@ async def main() -> None:
 
             stop_watching.set()
             await asyncio.gather(*watching)
-            pids = {name: managed.pid for name, managed in procs.items() if managed.pid}
+            kcp_pids = {name: managed.pid for name, managed in procs.items() if managed.pid}
             if running.nats.pid:
-                pids["nats-server"] = running.nats.pid
-            busy = {name: usage(pid) for name, pid in pids.items()}
+                kcp_pids["nats-server"] = running.nats.pid
+            busy = {name: usage(pid) for name, pid in kcp_pids.items()}
             phase(f"idle for {args.idle_seconds:g}s: idle clients and connections are released")
             await asyncio.sleep(args.idle_seconds)
-            components = {name: usage(pid) for name, pid in pids.items()}
+            components = {name: usage(pid) for name, pid in kcp_pids.items()}
             clients = _metric(reconciler_ports, "kyma_reconciler_runtime_clients")
             retired = _metric(reconciler_ports, "kyma_reconciler_runtime_clients_retired")
             connections = _metric({"listener": listener_management}, "kyma_listener_connections")
@@ -465,6 +513,7 @@ async def main() -> None:
                         "steady_drift": steady_result,
                         "burst": burst_result,
                         "module_template_all_runtimes_seconds": round(template_seconds, 1),
+                        "module_template_cores": template_cores,
                         "faults": fault_result,
                         "synced_objects_deleted_in_all": len(resets.deleted),
                         "idle_seconds": args.idle_seconds,

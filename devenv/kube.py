@@ -162,6 +162,12 @@ class KubeCluster:
         context.load_cert_chain(cert_file, key_file)
         return context
 
+    def pids(self) -> dict[str, int]:
+        """The running processes by role (``etcd``, ``apiserver``), for benchmarks that account their CPU."""
+        return {
+            role: proc.pid for role, proc in (("etcd", self._etcd), ("apiserver", self._apiserver)) if proc and proc.pid
+        }
+
     def stop(self) -> None:
         for proc in (self._apiserver, self._etcd):
             if proc is not None:
