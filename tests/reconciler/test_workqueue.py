@@ -288,6 +288,52 @@ async def test_a_triggered_key_goes_before_thousands_queued_in_the_background() 
     assert sorted(runs) == sorted(["event", *(f"bg-{n}" for n in range(1000))])
 
 
+async def test_what_was_asked_for_while_a_shard_was_elsewhere_goes_first_when_it_comes_here() -> None:
+    """A replica hears every event and change, and turns away the keys of runtimes it does not own. When it
+    takes their shard over (its owner was killed), the keys it turned away lately (an event, a change, a delayed
+    change) are reconciled first, ahead of the pass over every key of the shard (at 10,000 runtimes that pass
+    took minutes, and the changes made while the shard had no owner waited for it); a key it still does not own
+    stays turned away, and one turned away longer ago than the memory is left to the pass."""
+    runs: list[str] = []
+    owned: set[str] = set()
+
+    async def reconcile(key: str) -> workqueue.Result:
+        runs.append(key)
+        await asyncio.sleep(0.01)
+        return workqueue.Result()
+
+    queue = workqueue.WorkQueue(
+        name="t",
+        reconcile=reconcile,
+        workers=1,
+        metrics=workqueue.QueueMetrics(CollectorRegistry()),
+        admits=lambda key: key in owned,
+        turned_away_memory=60,
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(queue.run(stop=stop))
+    queue.add_all(["long-ago"])
+    await asyncio.sleep(61)
+    assert (await queue.add("event")).elsewhere
+    queue.add_all(["change", "still-elsewhere"])
+    queue.add_later(["delayed-change"], delay=1)
+    queue.add_all(["resynced"], background=True)  # a pass's key is no change: nothing to remember
+    await asyncio.sleep(1)
+    assert runs == [], "nothing of another replica's runs here"
+
+    pass_keys = [f"bg-{n}" for n in range(100)] + ["long-ago", "resynced"]
+    owned |= {"event", "change", "delayed-change", *pass_keys}
+    queue.add_turned_away()  # the shard was acquired: what the manager does, in its order
+    queue.add_all(pass_keys, background=True)
+    await asyncio.sleep(5)
+    stop.set()
+    await running
+    assert runs[:3] == ["event", "change", "delayed-change"]
+    assert "still-elsewhere" not in runs
+    assert sorted(runs[3:]) == sorted(pass_keys), "the rest in the pass, each once"
+    assert runs.index("long-ago") > 3 and runs.index("resynced") > 3
+
+
 async def test_a_put_off_key_answers_its_waiter_at_once_as_not_applied_and_comes_back() -> None:
     """A run that says "not yet, come back" (a pass turned away while another of its SyncResource runs, an object
     still going) answers the event waiting for it at once, as pending: ok (the message is acked, it holds no
