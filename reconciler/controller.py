@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import datetime
 import logging
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Set
 from typing import Generic, TypeVar
 
 from opentelemetry import trace
@@ -59,6 +59,9 @@ class Controller(abc.ABC, Generic[K]):
             runtime_of=self.runtime_of,
             admits=self.admits,
             timeout=config.reconcile_timeout_seconds,
+            # A dead owner's shards are taken over a lease and a renewal after its last renewal; what it had not
+            # worked off by then is as old again at most: a key asked for longer ago was the owner's to finish.
+            turned_away_memory=3 * shared.config.sharding.lease_duration_seconds,
         )
 
     def own(self, source: informer.Informer) -> informer.Informer:
@@ -117,6 +120,17 @@ class Controller(abc.ABC, Generic[K]):
         while not await aio.sleep_unless(stop, self._resync_seconds):
             self.queue.add_all(self.all_keys(), spread=self._resync_seconds / 10, background=True)
 
+    def shards_acquired(self, shards: Set[int]) -> None:
+        """Shards were acquired: what was asked for while they were another's (or nobody's) first, then all their
+        keys from the start (the others' are not touched), behind whatever changes and events ask for meanwhile."""
+        ownership = self.shared.ownership
+
+        def gained(key: K) -> bool:
+            return ownership.among(self.runtime_of(key), shards)
+
+        self.queue.add_turned_away(gained)
+        self.queue.add_all((k for k in self.all_keys() if gained(k)), background=True)
+
     def runtime_changed(self, change: RuntimeChange) -> None:
         self.queue.add_all(self.keys_for_runtime(change))
 
@@ -132,7 +146,11 @@ class Controller(abc.ABC, Generic[K]):
         itself, and a message held until then would hold one of the durable's in-flight slots (a pass
         over 10,000 runtimes turns away the drift events of its group for minutes).
         """
-        keys = [key for key in dict.fromkeys(self.keys_for_event(event)) if self.admits(key)]
+        keys: list[K] = []
+        elsewhere: list[K] = []
+        for key in dict.fromkeys(self.keys_for_event(event)):
+            (keys if self.admits(key) else elsewhere).append(key)
+        self.queue.turn_away(elsewhere)
         if not keys:
             return None
         backing_off = {key: delay for key in keys if (delay := self.queue.retry_delay(key)) > 0}

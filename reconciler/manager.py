@@ -76,14 +76,8 @@ class Manager:
         )
 
     def _acquired(self, shards: set[int]) -> None:
-        """Shards were acquired: what was asked for while they were another's (or nobody's) first, then all their
-        keys from the start (the others' are not touched), behind whatever changes and events ask for meanwhile."""
-        ownership = self.shared.ownership
         for each in self.controllers:
-            each.queue.add_turned_away()
-            each.queue.add_all(
-                (k for k in each.all_keys() if ownership.among(each.runtime_of(k), shards)), background=True
-            )
+            each.shards_acquired(shards)
 
     async def _releasing(self, grace: float | None) -> None:
         await asyncio.gather(*(each.queue.relinquish(grace=grace) for each in self.controllers))

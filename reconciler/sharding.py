@@ -18,7 +18,9 @@ controllers' loop gets to it (the Leases live on a thread of their own); a shard
 a new replica should hold it is released only after its running reconciles finished (if that wait
 fails, the lease is left to expire and they are cancelled). The new holder reconciles all of the
 shard's keys from the start: reconciles are level-based, so whatever events the old holder had not
-finished are covered. A killed replica's shards are taken over after the lease duration.
+finished are covered. Before those, it reconciles the keys it heard events and changes about lately
+while they were another's (``WorkQueue.add_turned_away``): what changed while a shard had no live
+owner waits seconds, not the pass. A killed replica's shards are taken over after the lease duration.
 """
 
 import asyncio
@@ -86,7 +88,7 @@ class Ownership:
 
 
 Acquired = Callable[[set[int]], None]
-"""Shards were acquired: reconcile their keys from the start."""
+"""Shards were acquired: reconcile their keys from the start (``Controller.shards_acquired``)."""
 Releasing = Callable[[float | None], Coroutine[Any, Any, None]]
 """Stop working on what is no longer owned: running reconciles get the given seconds (None: as long as they take,
 each within its reconcile timeout), then are cancelled."""

@@ -19,10 +19,10 @@ another key's run (a group's failing runtimes) on their own backoff.
 A queue may admit only some keys (``admits``: a sharded replica's runtimes): others are dropped
 when added or when their turn comes, their waiters answered "elsewhere" (the owner reconciles them);
 ``relinquish`` drops what is no longer admitted and waits for, then cancels, its running reconciles.
-A key an event or a change asked for and that was turned away is remembered for a while: when its
-runtime's shard comes here (``add_turned_away``), it is taken first, ahead of the shard's pass over
-all its keys — a change made while a killed owner's shards had no owner yet waits seconds, not the
-minutes that pass takes.
+Keys an event or a change asked for while another replica had them (``turn_away``) are remembered
+for a short while once the queue runs: when their shard comes here (``add_turned_away``) they are
+taken first, ahead of the shard's pass over all its keys — a change made while a killed owner's
+shards had no owner yet waits seconds, not the minutes that pass takes.
 
 Stopping is bounded: no new key is started, running reconciles get ``grace`` seconds to
 finish, then they are cancelled; every waiter is answered (with a failure when its key did not
@@ -82,12 +82,9 @@ class Result:
 Reconcile = Callable[[K], Awaitable[Result]]
 
 _LONGEST_WAIT = 60.0
-TURNED_AWAY_MEMORY_SECONDS = 120.0
-"""How long a key turned away is remembered: a lease's expiry and the hand-over after it (seconds), and the
-backlog a dying owner may not have worked off, with room to spare; a key remembered too long costs one
-reconcile more, a key forgotten too soon waits for the pass."""
 TURNED_AWAY_MEMORY_KEYS = 100_000
-"""At most this many (oldest forgotten first): at 200 changes/s, the memory's span is well within it."""
+"""At most this many keys turned away are remembered (oldest forgotten first): a change that asks for every key
+(a ModuleTemplate edited) turns away all of the other replicas' runtimes, 10,000 at the target fleet size."""
 _STOPPED = Result.failed("the reconciler stopped before this key was reconciled")
 _NOT_OURS = Result(elsewhere=True)
 
@@ -150,7 +147,7 @@ class WorkQueue(Generic[K]):
         timeout: float = 300,
         backoff_initial: float = 0.5,
         backoff_max: float = 300,
-        turned_away_memory: float = TURNED_AWAY_MEMORY_SECONDS,
+        turned_away_memory: float = 30,
     ) -> None:
         self._name = name
         self._reconcile = reconcile
@@ -180,6 +177,9 @@ class WorkQueue(Generic[K]):
         self._turned_away: collections.OrderedDict[K, float] = collections.OrderedDict()
         """Keys asked for while not admitted, oldest first, with when (the loop's clock)."""
         self._turned_away_memory = turned_away_memory
+        self._remembering = False
+        """Set once the queue runs: before, the caches' first listing asks for every key, and remembering those
+        would put a whole shard's keys ahead of live events at the first acquisition."""
         self._wake = asyncio.Event()
         self._stopping = False
         self.peak_running = 0
@@ -191,7 +191,6 @@ class WorkQueue(Generic[K]):
             future.set_result(_STOPPED)  # no worker will ever run it
             return future
         if not self._admits(key):
-            self._turn_away(key)
             future.set_result(_NOT_OURS)
             return future
         self._waiters.setdefault(key, []).append(future)
@@ -207,7 +206,7 @@ class WorkQueue(Generic[K]):
             if self._admits(key):
                 self._schedule(key, random.uniform(0, spread) if spread else 0.0, background=background)
             elif not background:
-                self._turn_away(key)
+                self.turn_away([key])
 
     def add_later(self, keys: Iterable[K], *, delay: float) -> None:
         """Enqueue in ``delay`` seconds; a key already due sooner stays so (a run of triggers makes one reconcile)."""
@@ -217,25 +216,30 @@ class WorkQueue(Generic[K]):
             if self._admits(key):
                 self._schedule(key, delay)
             else:
-                self._turn_away(key)
+                self.turn_away([key])
 
-    def add_turned_away(self) -> None:
-        """Queue, ahead of any background key, the keys turned away lately that are admitted now (their shard
-        was just acquired: what changed while it had no live owner goes first)."""
+    def turn_away(self, keys: Iterable[K]) -> None:
+        """Another replica's keys an event or a change asked for: remembered for ``turned_away_memory`` seconds."""
+        if not self._remembering:
+            return
+        now = asyncio.get_running_loop().time()
+        for key in keys:
+            self._turned_away.pop(key, None)
+            self._turned_away[key] = now
+        self._forget_turned_away_before(now - self._turned_away_memory)
+        while len(self._turned_away) > TURNED_AWAY_MEMORY_KEYS:
+            self._turned_away.popitem(last=False)
+
+    def add_turned_away(self, which: Callable[[K], bool]) -> None:
+        """Queue, ahead of any background key, the keys turned away lately that ``which`` picks (those of shards
+        just acquired: what changed while they had no live owner goes first)."""
         self._forget_turned_away_before(asyncio.get_running_loop().time() - self._turned_away_memory)
         if self._stopping:
             return
-        for key in [k for k in self._turned_away if self._admits(k)]:
+        for key in [k for k in self._turned_away if which(k)]:
             del self._turned_away[key]
-            self._schedule(key, 0.0)
-
-    def _turn_away(self, key: K) -> None:
-        now = asyncio.get_running_loop().time()
-        self._turned_away.pop(key, None)
-        self._turned_away[key] = now
-        self._forget_turned_away_before(now - self._turned_away_memory)
-        if len(self._turned_away) > TURNED_AWAY_MEMORY_KEYS:
-            self._turned_away.popitem(last=False)
+            if self._admits(key):
+                self._schedule(key, 0.0)
 
     def _forget_turned_away_before(self, horizon: float) -> None:
         while self._turned_away and next(iter(self._turned_away.values())) < horizon:
@@ -277,6 +281,7 @@ class WorkQueue(Generic[K]):
         if not self._admits(key):
             self._forget(key)
             return
+        self._turned_away.pop(key, None)  # ours now, and on its way: not to be queued again at an acquisition
         if key in self._running:
             self._again.add(key)
         elif not background:
@@ -320,6 +325,7 @@ class WorkQueue(Generic[K]):
 
     async def run(self, *, stop: asyncio.Event, grace: float = 30) -> None:
         """Work until ``stop``; then let running reconciles finish for up to ``grace`` seconds."""
+        self._remembering = True
         workers = [asyncio.create_task(self._work(), name=f"{self._name}-worker-{n}") for n in range(self._workers)]
         try:
             await stop.wait()

@@ -22,9 +22,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from clients import kube, leases
+from contract import events, ids
 from devenv import landscape as landscape_mod
 from devenv import net, process
-from reconciler import settings, sharding
+from reconciler import manager, per_runtime, settings, sharding, workqueue
+from reconciler.shared import Shared
 
 from ..waiting import eventually
 from .conftest import Kcp, delete_durables
@@ -485,3 +487,65 @@ async def test_a_replica_restarted_under_its_name_waits_out_the_leases_of_its_pr
         await eventually(lambda: sharding.SINGLETON_SHARD in a.held, timeout=30, what="the predecessor's shard")
         waited = asyncio.get_running_loop().time() - started
         assert waited >= config.lease_duration_seconds, "held only once unchanged for the lease duration"
+
+
+class _Recording(per_runtime.RuntimeKeyed):
+    """A controller whose reconcile only notes its key: what a replica runs, in which order."""
+
+    def __init__(self, shared: Shared, runtimes: list[str]) -> None:
+        super().__init__(shared, settings.ControllerSettings(workers=1), name="recording")
+        self.modules = frozenset({"kyma-sync"})
+        self.runtimes = [ids.RuntimeId(r) for r in runtimes]
+        self.runs: list[str] = []
+
+    def all_keys(self) -> list[ids.RuntimeId]:
+        return self.runtimes
+
+    async def reconcile(self, key: ids.RuntimeId) -> workqueue.Result:
+        self.runs.append(key)
+        await asyncio.sleep(0.001)
+        return workqueue.Result()
+
+
+def _drift_event(runtime: str) -> events.ChangeEvent:
+    return events.ChangeEvent.create(
+        runtime=ids.runtime_id(runtime),
+        module=ids.module_name("kyma-sync"),
+        target=events.WatchedObject(
+            group="", version="v1", resource="configmaps", kind="ConfigMap", namespace="ns", name="cm", uid="u1"
+        ),
+        resource_version="1",
+        change_type=events.ChangeType.MODIFIED,
+        body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ns"}},
+        observed_at=datetime.datetime.now(datetime.UTC),
+    )
+
+
+@pytest.mark.integration
+async def test_a_replica_taking_a_shard_over_first_reconciles_what_it_heard_of_while_the_shard_had_no_owner(
+    kcp_api: kube.ApiClient,
+) -> None:
+    """Every replica hears every watcher event and acks those of runtimes it does not own. An event about a
+    runtime of a killed replica, heard before its shard was taken over, is reconciled first once it is: not after
+    the pass over all the shard's runtimes (at 10,000 runtimes that pass took minutes, and the fault window's
+    p99 with it: 229 s)."""
+    config = settings.ReconcilerSettings(sharding=settings.ShardingSettings(enabled=True, identity="r0", shards=SHARDS))
+    shared = Shared.build(kcp_api, config, CollectorRegistry())
+    shard = sharding.shard_of("rt-0", SHARDS)
+    in_shard = [r for n in range(1, 400) if sharding.shard_of(r := f"rt-{n}", SHARDS) == shard]
+    recording = _Recording(shared, [*in_shard, "rt-0"])  # the pass comes to rt-0 last
+    manager_ = manager.Manager(shared, [recording])
+    stop = asyncio.Event()
+    running = asyncio.create_task(recording.queue.run(stop=stop))
+    try:
+        await asyncio.sleep(0)
+        assert await manager_.dispatch(_drift_event("rt-0")) is None, "not ours yet: acked, left to its owner"
+        assert recording.runs == []
+        shared.ownership.hold(shard)
+        recording.shards_acquired({shard})
+        await eventually(lambda: len(recording.runs) == len(in_shard) + 1, timeout=30, what="the shard's pass")
+        assert recording.runs[0] == "rt-0"
+        assert sorted(recording.runs[1:]) == sorted(in_shard)
+    finally:
+        stop.set()
+        await running

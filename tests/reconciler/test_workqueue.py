@@ -290,10 +290,10 @@ async def test_a_triggered_key_goes_before_thousands_queued_in_the_background() 
 
 async def test_what_was_asked_for_while_a_shard_was_elsewhere_goes_first_when_it_comes_here() -> None:
     """A replica hears every event and change, and turns away the keys of runtimes it does not own. When it
-    takes their shard over (its owner was killed), the keys it turned away lately (an event, a change, a delayed
-    change) are reconciled first, ahead of the pass over every key of the shard (at 10,000 runtimes that pass
-    took minutes, and the changes made while the shard had no owner waited for it); a key it still does not own
-    stays turned away, and one turned away longer ago than the memory is left to the pass."""
+    takes their shard over (its owner was killed), the keys it turned away lately (an event's, a change's, a
+    delayed change's) are reconciled first, ahead of the pass over every key of the shard (at 10,000 runtimes that
+    pass took minutes, and the changes made while the shard had no owner waited for it). Not first: a key of a
+    shard not acquired, one reconciled here meanwhile, and a pass's key."""
     runs: list[str] = []
     owned: set[str] = set()
 
@@ -312,26 +312,67 @@ async def test_what_was_asked_for_while_a_shard_was_elsewhere_goes_first_when_it
     )
     stop = asyncio.Event()
     running = asyncio.create_task(queue.run(stop=stop))
-    queue.add_all(["long-ago"])
-    await asyncio.sleep(61)
-    assert (await queue.add("event")).elsewhere
-    queue.add_all(["change", "still-elsewhere"])
+    await asyncio.sleep(0)
+    queue.turn_away(["event", "event-meanwhile-ours"])
+    queue.add_all(["change", "other-shard"])
     queue.add_later(["delayed-change"], delay=1)
     queue.add_all(["resynced"], background=True)  # a pass's key is no change: nothing to remember
     await asyncio.sleep(1)
     assert runs == [], "nothing of another replica's runs here"
+    owned.add("event-meanwhile-ours")
+    queue.add_all(["event-meanwhile-ours"])
+    await asyncio.sleep(1)
+    assert runs == ["event-meanwhile-ours"]
 
-    pass_keys = [f"bg-{n}" for n in range(100)] + ["long-ago", "resynced"]
-    owned |= {"event", "change", "delayed-change", *pass_keys}
-    queue.add_turned_away()  # the shard was acquired: what the manager does, in its order
+    acquired = {"event", "change", "delayed-change", "resynced", "event-meanwhile-ours"}
+    pass_keys = [f"bg-{n}" for n in range(100)] + ["resynced", "event-meanwhile-ours"]
+    owned |= acquired | set(pass_keys) | {"other-shard"}  # ours now too, but its shard was not just acquired
+    queue.add_turned_away(lambda key: key in acquired)  # the shard was acquired: the manager's order
     queue.add_all(pass_keys, background=True)
     await asyncio.sleep(5)
     stop.set()
     await running
-    assert runs[:3] == ["event", "change", "delayed-change"]
-    assert "still-elsewhere" not in runs
-    assert sorted(runs[3:]) == sorted(pass_keys), "the rest in the pass, each once"
-    assert runs.index("long-ago") > 3 and runs.index("resynced") > 3
+    assert runs[1:4] == ["event", "change", "delayed-change"]
+    assert "other-shard" not in runs
+    assert sorted(runs[4:]) == sorted(pass_keys), "the rest in the pass, each once"
+
+
+async def test_keys_asked_for_before_the_queue_ran_or_longer_ago_than_its_memory_are_left_to_the_pass() -> None:
+    """The caches' first listing asks for every key before the queue runs: remembered, a whole shard's keys
+    would go ahead of live events at the first acquisition. A key turned away longer ago than the memory was
+    its owner's to finish. Only the one asked for lately is queued at an acquisition."""
+    runs: list[str] = []
+    owned: set[str] = set()
+
+    async def reconcile(key: str) -> workqueue.Result:
+        runs.append(key)
+        return workqueue.Result()
+
+    queue = workqueue.WorkQueue(
+        name="t",
+        reconcile=reconcile,
+        workers=1,
+        metrics=workqueue.QueueMetrics(CollectorRegistry()),
+        admits=lambda key: key in owned,
+        turned_away_memory=60,
+    )
+    queue.add_all(["listed-at-start"])
+    stop = asyncio.Event()
+    running = asyncio.create_task(queue.run(stop=stop))
+    await asyncio.sleep(0)
+    queue.turn_away(["lately"])
+    owned |= {"listed-at-start", "lately"}
+    queue.add_turned_away(lambda key: True)
+    await asyncio.sleep(1)
+    assert runs == ["lately"]
+    queue.turn_away(["long-ago"])
+    await asyncio.sleep(61)
+    owned.add("long-ago")
+    queue.add_turned_away(lambda key: True)
+    await asyncio.sleep(1)
+    stop.set()
+    await running
+    assert runs == ["lately"]
 
 
 async def test_a_put_off_key_answers_its_waiter_at_once_as_not_applied_and_comes_back() -> None:
