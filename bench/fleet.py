@@ -22,7 +22,8 @@ Then:
   generator too) used in each timed window, to tell a saturated machine from a slow component.
 
 Edits are offered at --drift-rate whatever this process's loop latency: what is due is started at
-once, so the figures say "edits" offered and "offered_per_s".
+once (a fleet's watchers do not slow down for KCP). How late this process started them
+("started_late_p99_s") tells whether the generator kept up; the latencies count from each edit's start.
 
     python bench/fleet.py --runtimes 10000 --reconcilers 2 --kill
 """
@@ -40,7 +41,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +82,17 @@ class Runtimes:
 
 
 class CpuMeter:
-    """The cores each process used over a window: one that starts in it counts from zero, one killed in it
-    is left out (its last figures die with it)."""
+    """The cores each process used over a window: one that starts in it counts from zero, one killed in it up to
+    the last ``keep_figures`` before its kill."""
 
     def __init__(self, pids: Callable[[], dict[str, int]]) -> None:
         self._pids = pids
         self._start = self._sample()
+        self._kept: dict[tuple[str, int], float] = {}
+
+    def keep_figures(self) -> None:
+        """Sample now: what a process about to be killed used counts until here."""
+        self._kept |= self._sample()[1]
 
     def _sample(self) -> tuple[float, dict[tuple[str, int], float]]:
         cpu = {}
@@ -99,6 +105,7 @@ class CpuMeter:
 
     def cores(self) -> dict[str, float]:
         (began, before), (now, after) = self._start, self._sample()
+        after = self._kept | after
         used: dict[str, float] = {}
         for (name, pid), cpu in after.items():
             used[name] = used.get(name, 0.0) + cpu - before.get((name, pid), 0.0)
@@ -391,30 +398,40 @@ async def main() -> None:
                         return
                     await post_event(session, url, runtimes, name, edited)
 
-                async def steady(seconds: float, rate: float, *, during: Any = None) -> dict[str, Any]:
+                async def steady(
+                    seconds: float,
+                    rate: float,
+                    *,
+                    during: Callable[[CpuMeter], Coroutine[Any, Any, None]] | None = None,
+                ) -> dict[str, Any]:
                     resets.latencies.clear()
                     tasks: set[asyncio.Task[None]] = set()
                     window_started = loop.time()
-                    injected = asyncio.create_task(during()) if during else None
                     meter = CpuMeter(pids)
+                    injected = asyncio.create_task(during(meter)) if during else None
                     n = 0
+                    late: list[float] = []
                     # A loop busy with the edits in flight wakes late: start every edit that is due, not one
                     # per wake-up, or the rate offered is this process's limit instead of --drift-rate.
                     while (elapsed := loop.time() - window_started) < seconds:
                         while n < int(elapsed * rate) + 1:
+                            late.append(elapsed - n / rate)
                             n += 1
                             task = asyncio.create_task(drift(random.choice(names)))
                             tasks.add(task)
                             task.add_done_callback(tasks.discard)
                         await asyncio.sleep(max(0.0, window_started + n / rate - loop.time()))
                     offered = n / (loop.time() - window_started)
-                    cores = meter.cores()
                     await asyncio.gather(*tasks)
                     if injected:
                         await injected
                     await _until(lambda: not resets.edited, timeout=300)
                     summary = _summary(resets.latencies, edits=n, lost=len(resets.edited), seconds=seconds)
-                    return summary | {"offered_per_s": round(offered, 1), "cores": cores}
+                    return summary | {
+                        "offered_per_s": round(offered, 1),
+                        "started_late_p99_s": round(statistics.quantiles(late, n=100)[98], 2) if len(late) > 1 else 0,
+                        "cores_until_reset": meter.cores(),
+                    }
 
                 phase(f"steady drift, {args.drift_rate:g}/s for {args.drift_seconds:g}s")
                 steady_result = await steady(args.drift_seconds, args.drift_rate)
@@ -430,7 +447,7 @@ async def main() -> None:
                     edits=burst_size,
                     lost=len(resets.edited),
                     seconds=time.perf_counter() - burst_started,
-                ) | {"cores": meter.cores()}
+                ) | {"cores_until_reset": meter.cores()}
                 phase(f"burst: {burst_result}")
 
                 before = sum(
@@ -476,8 +493,9 @@ async def main() -> None:
                 if args.kill:
                     victim = nats_mod.RECONCILER_REPLICAS[0]
 
-                    async def faults() -> None:
+                    async def faults(meter: CpuMeter) -> None:
                         await asyncio.sleep(args.drift_seconds / 3)
+                        meter.keep_figures()
                         await asyncio.to_thread(procs[victim].kill)
                         await asyncio.to_thread(procs["listener"].kill)
                         await asyncio.sleep(3)
