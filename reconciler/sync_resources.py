@@ -274,12 +274,19 @@ class SyncResourceReconciler:
     def _placements(
         self, spec: model.Spec, policy: tenancy.Policy, recorded: set[str], *, only: str | None = None
     ) -> dict[str, sync_plan.Placement]:
-        """Where every runtime stands (``only``: where that one does, without looking at the others)."""
-        if only is None:
-            kymas = {r: self._shared.labels_of(r) for r in self._shared.runtimes()}
-        else:
-            kymas = {only: self._shared.labels_of(only)} if self._shared.kyma(only) is not None else {}
+        """Where every runtime stands (``only``: where that one does, without looking at the others). A SyncResource
+        for one runtime places only that one and those it recorded: the others' labels cannot change where it
+        stands, and looking them all up made each of 10,000 such SyncResources' status passes cost a pass over
+        the fleet."""
+        if only is not None:
             recorded &= {only}
+            candidates = {only}
+        elif spec.kyma is not None:
+            candidates = {spec.kyma, *recorded}
+        else:
+            kymas = {r: self._shared.labels_of(r) for r in self._shared.runtimes()}
+            return sync_plan.place(spec, kymas=kymas, recorded=recorded, policy=policy)
+        kymas = {r: self._shared.labels_of(r) for r in candidates if self._shared.kyma(r) is not None}
         return sync_plan.place(spec, kymas=kymas, recorded=recorded, policy=policy)
 
     async def _pass_over_one(
