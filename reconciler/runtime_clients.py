@@ -158,7 +158,7 @@ class RuntimeClients:
         if secret is None:
             raise RuntimeUnavailableError(f"no kubeconfig Secret {self._namespace}/{self.secret_name(runtime)}")
         try:
-            document: Any = yaml.safe_load(base64.b64decode(secret["data"][wire.KUBECONFIG_KEY]))
+            document = kube.parse_kubeconfig(base64.b64decode(secret["data"][wire.KUBECONFIG_KEY]))
             api = await kube.api_client(document)
         except (KeyError, ValueError, TypeError, yaml.YAMLError) as exc:
             raise RuntimeUnavailableError(f"kubeconfig Secret of {runtime} is unusable: {exc}") from exc
