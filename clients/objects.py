@@ -44,16 +44,11 @@ class Resource:
     singular: str
 
 
-Discovered = dict[str, dict[str, Resource]]
-"""Per apiVersion, its kinds' resources as discovery gave them."""
-
-
 class ClusterObjects:
-    def __init__(self, api: kube.ApiClient, *, field_manager: str, discovered: Discovered | None = None) -> None:
-        """``discovered``: a discovery cache to fill and use, shared with earlier clients of the same cluster."""
+    def __init__(self, api: kube.ApiClient, *, field_manager: str) -> None:
         self.api = api
         self.field_manager = field_manager
-        self.discovered: Discovered = {} if discovered is None else discovered
+        self._resources: dict[str, dict[str, Resource]] = {}
 
     async def _discover(self, api_version: str) -> dict[str, Resource]:
         group, _, version = api_version.rpartition("/")
@@ -70,9 +65,9 @@ class ClusterObjects:
         }
 
     async def resource(self, api_version: str, kind: str) -> Resource:
-        known = self.discovered.get(api_version)
+        known = self._resources.get(api_version)
         if known is None or kind not in known:
-            known = self.discovered[api_version] = await self._discover(api_version)
+            known = self._resources[api_version] = await self._discover(api_version)
         if kind not in known:
             raise UnknownKindError(f"the cluster serves no {kind} in {api_version}")
         return known[kind]

@@ -44,7 +44,7 @@ class PerRuntimeController(RuntimeKeyed):
         return [ids.RuntimeId(event.runtime)] if same_kind else []
 
     def failed(self, runtime: str, exc: Exception) -> workqueue.Result:
-        self.shared.clients.forget_learned(runtime)
+        self.shared.clients.unprepared(runtime)
         why = f"{runtime}: {exc}"
         if isinstance(exc, objects.UnknownKindError) and self._runtime_crds == "never":
             why += (
@@ -57,7 +57,7 @@ class PerRuntimeController(RuntimeKeyed):
         self, handle: runtime_clients.RuntimeHandle, *, definitions: list[dict[str, Any]], namespace: str
     ) -> None:
         """The namespace, and with ``runtime_crds: create-if-absent`` the CRDs where missing, once per runtime until
-        a reconcile of it fails (``RuntimeClients.forget_learned``).
+        a reconcile of it fails (``RuntimeClients.unprepared``).
 
         The CRDs are lifecycle-manager's: one that exists is never replaced (its versions and schema are
         not ours to change); by default they are not touched at all.

@@ -48,16 +48,7 @@ class RuntimeHandle:
     """Reconciles using it now: a retired client is closed only when none is."""
     prepared: set[str] = dataclasses.field(default_factory=set)
     """What was ensured in the runtime (CRDs, namespaces), shared with the clients built after it for the same
-    kubeconfig (see ``RuntimeClients.forget_learned``)."""
-
-
-@dataclasses.dataclass
-class _Learned:
-    """What was learned of a runtime through one kubeconfig (its Secret's resourceVersion)."""
-
-    secret_version: str
-    prepared: set[str] = dataclasses.field(default_factory=set)
-    resources: objects.Discovered = dataclasses.field(default_factory=dict)
+    kubeconfig (see ``RuntimeClients.unprepared``)."""
 
 
 class RuntimeClients:
@@ -80,12 +71,11 @@ class RuntimeClients:
         self._building: dict[str, asyncio.Lock] = {}
         self._retired: set[RuntimeHandle] = set()
         """Clients no longer handed out, open while a reconcile still uses them."""
-        self._learned: dict[str, _Learned] = {}
-        """Per runtime, what was ensured (namespaces, CRDs) and discovered (its API groups' resources) through its
-        current kubeconfig. It outlives an idle client: a resync pass every 5 minutes builds every runtime's
-        client again, and each would otherwise ensure its namespace and CRDs again (a GET of each CRD, a POST of
-        the namespace) and discover each API group it writes again (a GET each: a tenth of a reconciler's CPU
-        in a ModuleTemplate pass over 10,000 runtimes). A few KiB per runtime."""
+        self._prepared: dict[str, tuple[str, set[str]]] = {}
+        """Per runtime, the kubeconfig Secret's resourceVersion and what was ensured through it. It outlives an
+        idle client: a resync pass every 5 minutes builds every runtime's client again, and each would otherwise
+        ensure its namespace and CRDs again (a GET of each CRD, a POST of the namespace). A few hundred bytes
+        per runtime."""
 
     def secret_name(self, runtime: str) -> str:
         return wire.module_kubeconfig_secret(self._module, runtime)
@@ -173,16 +163,14 @@ class RuntimeClients:
         except (KeyError, ValueError, TypeError, yaml.YAMLError) as exc:
             raise RuntimeUnavailableError(f"kubeconfig Secret of {runtime} is unusable: {exc}") from exc
         version = secret["metadata"]["resourceVersion"]
-        learned = self._learned.get(runtime)
-        if learned is None or learned.secret_version != version:
-            learned = self._learned[runtime] = _Learned(version)
+        prepared = self._prepared.get(runtime)
+        if prepared is None or prepared[0] != version:
+            prepared = self._prepared[runtime] = (version, set())
         return RuntimeHandle(
-            objects=objects.ClusterObjects(
-                api, field_manager=wire.RECONCILER_FIELD_MANAGER, discovered=learned.resources
-            ),
+            objects=objects.ClusterObjects(api, field_manager=wire.RECONCILER_FIELD_MANAGER),
             limit=asyncio.Semaphore(self._per_runtime),
             secret_version=version,
-            prepared=learned.prepared,
+            prepared=prepared[1],
         )
 
     def invalidate(self, runtime: str, *, secret_version: str | None = None) -> bool:
@@ -191,22 +179,21 @@ class RuntimeClients:
 
         The old client is closed by the next sweep once no reconcile uses it.
         """
-        learned = self._learned.get(runtime)
-        if learned is not None and learned.secret_version != secret_version:
-            del self._learned[runtime]
+        prepared = self._prepared.get(runtime)
+        if prepared is not None and prepared[0] != secret_version:
+            del self._prepared[runtime]
         handle = self._handles.get(runtime)
         if handle is None or (secret_version is not None and handle.secret_version == secret_version):
             return False
         self._retire(runtime)
         return True
 
-    def forget_learned(self, runtime: str) -> None:
-        """Ensure the runtime's namespaces and CRDs, and discover its APIs, again on its next reconcile: this one
-        failed, maybe because a user deleted one of them."""
-        learned = self._learned.get(runtime)
-        if learned is not None:
-            learned.prepared.clear()
-            learned.resources.clear()
+    def unprepared(self, runtime: str) -> None:
+        """Ensure the runtime's namespaces and CRDs again on its next reconcile: this one failed, maybe because a
+        user deleted one of them."""
+        prepared = self._prepared.get(runtime)
+        if prepared is not None:
+            prepared[1].clear()
 
     async def _close_retired(self, *, everything: bool = False) -> None:
         for handle in [handle for handle in self._retired if everything or not handle.users]:

@@ -587,7 +587,7 @@ class SyncResourceReconciler:
         items = list(items)
         try:
             async with self._shared.clients.use(runtime) as handle:
-                outcome = await self._sync_with(
+                return await self._sync_with(
                     handle,
                     owner=owner,
                     items=items,
@@ -603,9 +603,6 @@ class SyncResourceReconciler:
                 previously,
                 str(exc),
             )
-        if outcome.error is not None:  # what was discovered of its APIs may be why (a CRD replaced since)
-            self._shared.clients.forget_learned(runtime)
-        return outcome
 
     async def _sync_with(
         self,
