@@ -11,7 +11,8 @@ Then:
 - convergence: until every runtime has both objects;
 - steady drift: --drift-rate edits/s for --drift-seconds, each reset timed from the apiserver's
   answer to the edit to the object being back (seen on a watch of the apiservers); an edit the
-  apiserver refuses or that times out is tried again and counted (edits_refused_and_retried);
+  apiserver throttles, fails or that times out is tried again (edit_retries), one refused for good
+  or not taken within 300 s is listed (edits_failed);
 - burst: --burst edits at once, drained (all_edits_made_s: when the last edit was answered);
 - ModuleTemplate: a new template in KCP until the reconcilers made a pass for every runtime;
 - faults (--kill): during a second steady-drift window one reconciler replica and the listener
@@ -24,7 +25,8 @@ Then:
 
 Edits are offered at --drift-rate whatever this process's loop latency: what is due is started at
 once (a fleet's watchers do not slow down for KCP). How late this process started them
-("started_late_p99_s") tells whether the generator kept up; the latencies count from each edit's start.
+("started_late_p99_s": the task created, its PATCH may wait for a connection) tells whether the
+generator kept up; the latencies count from the apiserver's answer to each edit.
 
     python bench/fleet.py --runtimes 10000 --reconcilers 2 --kill
 """
@@ -59,6 +61,8 @@ from reconciler import crds
 
 MERGE = "application/merge-patch+json"
 SYNCED = "kyma-project.io/synced-by=kyma-sync"
+EDIT_DEADLINE = 300.0
+"""An edit the SKR apiserver has not taken within this long counts as failed (a run must end)."""
 GROUP_ITEM = "fleet-wide"
 
 
@@ -120,12 +124,17 @@ class Resets:
         self.edited: dict[tuple[str, str], float] = {}
         self.latencies: list[float] = []
         self.deleted: list[str] = []
-        self.edits_refused = 0
-        """Edits the SKR apiserver refused or timed out (each tried again): the runtime side's limit, not KCP's."""
+        self.edit_retries = 0
+        """Edit attempts the SKR apiserver throttled, failed (5xx) or that timed out here, each tried again: the
+        runtime side's limit, not KCP's."""
+        self.edits_failed: list[str] = []
+        """Edits refused for good (the object gone: a deletion the watch counts too) or not taken within
+        ``EDIT_DEADLINE``: not made, so not timed."""
 
     def window(self) -> None:
         self.latencies.clear()
-        self.edits_refused = 0
+        self.edit_retries = 0
+        self.edits_failed = []
 
     async def listed(self, items: list[dict[str, Any]]) -> None:
         for item in items:
@@ -393,6 +402,7 @@ async def main() -> None:
                     on two SKR apiservers (a fleet has 10,000), which is not KCP's time. One the apiserver refuses
                     or that times out here is tried again: an edit dropped would not be measured at all."""
                     value = f"edited-{next(counter)}"
+                    deadline = time.perf_counter() + EDIT_DEADLINE
                     while True:
                         try:
                             edited = await kube.request(
@@ -404,9 +414,15 @@ async def main() -> None:
                                 content_type=MERGE,
                             )
                             break
-                        except kube.KubeError:
-                            resets.edits_refused += 1
-                            await asyncio.sleep(0.5)
+                        except kube.KubeError as exc:
+                            transient = (
+                                isinstance(exc, kube.UnreachableError | kube.ThrottledError) or exc.status >= 500
+                            )
+                            if not transient or time.perf_counter() > deadline:
+                                resets.edits_failed.append(f"{name}: {exc}")
+                                return
+                            resets.edit_retries += 1
+                            await asyncio.sleep(getattr(exc, "retry_after", None) or 0.5)
                     resets.edited[(name, "cm")] = time.perf_counter()
                     await post_event(session, url, runtimes, name, edited)
 
@@ -440,7 +456,8 @@ async def main() -> None:
                     await _until(lambda: not resets.edited, timeout=300)
                     summary = _summary(resets.latencies, edits=n, lost=len(resets.edited), seconds=seconds)
                     return summary | {
-                        "edits_refused_and_retried": resets.edits_refused,
+                        "edit_retries": resets.edit_retries,
+                        "edits_failed": _some(resets.edits_failed),
                         "offered_per_s": round(offered, 1),
                         "started_late_p99_s": round(statistics.quantiles(late, n=100)[98], 2) if len(late) > 1 else 0,
                         "cores_until_reset": meter.cores(),
@@ -463,7 +480,8 @@ async def main() -> None:
                     seconds=time.perf_counter() - burst_started,
                 ) | {
                     "all_edits_made_s": round(edits_made, 1),
-                    "edits_refused_and_retried": resets.edits_refused,
+                    "edit_retries": resets.edit_retries,
+                    "edits_failed": _some(resets.edits_failed),
                     "cores_until_reset": meter.cores(),
                 }
                 phase(f"burst: {burst_result}")
@@ -611,6 +629,10 @@ def _metric(ports: dict[str, int], name: str, labels: str = "") -> dict[str, flo
             if line.startswith(name) and line[len(name)] in " {" and labels in line
         )
     return found
+
+
+def _some(lines: list[str], shown: int = 5) -> list[str]:
+    return lines[:shown] + ([f"... {len(lines) - shown} more"] if len(lines) > shown else [])
 
 
 def _summary(latencies: list[float], *, edits: int, lost: int, seconds: float) -> dict[str, Any]:
