@@ -501,6 +501,9 @@ class _Recording(per_runtime.RuntimeKeyed):
     def all_keys(self) -> list[ids.RuntimeId]:
         return self.runtimes
 
+    def keys_for_event(self, event: events.ChangeEvent) -> list[ids.RuntimeId]:
+        return [ids.RuntimeId(event.runtime)]
+
     async def reconcile(self, key: ids.RuntimeId) -> workqueue.Result:
         self.runs.append(key)
         await asyncio.sleep(0.001)
