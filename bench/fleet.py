@@ -50,7 +50,7 @@ from typing import Any
 
 import aiohttp
 import yaml
-from scale import name_of, nats_credentials, register, usage
+from scale import edit_configmap, name_of, nats_credentials, register, usage
 
 from clients import informer, kube
 from contract import events, ids, wire
@@ -59,7 +59,6 @@ from devenv import nats as nats_mod
 from pki import authority
 from reconciler import crds
 
-MERGE = "application/merge-patch+json"
 SYNCED = "kyma-project.io/synced-by=kyma-sync"
 EDIT_DEADLINE = 300.0
 """An edit the SKR apiserver has not taken within this long counts as failed (a run must end)."""
@@ -405,14 +404,7 @@ async def main() -> None:
                     deadline = time.perf_counter() + EDIT_DEADLINE
                     while True:
                         try:
-                            edited = await kube.request(
-                                skrs[hosts[name]],
-                                "PATCH",
-                                f"/api/v1/namespaces/{name}/configmaps/cm",
-                                body={"data": {"state": value}},
-                                query=[("fieldManager", "kubectl")],
-                                content_type=MERGE,
-                            )
+                            edited = await edit_configmap(skrs[hosts[name]], name, value)
                             break
                         except kube.KubeError as exc:
                             transient = (

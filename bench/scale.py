@@ -62,6 +62,19 @@ def usage(pid: int) -> tuple[float, float]:
     return (int(stat[11]) + int(stat[12])) / _TICKS, rss / 1024
 
 
+async def edit_configmap(api: client.ApiClient, namespace: str, value: str) -> dict[str, Any]:
+    """What a user's kubectl does to a runtime's synced ConfigMap ``cm``: its data merge-patched, under a field
+    manager of its own; the object as edited."""
+    return await kube.request(
+        api,
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}/configmaps/cm",
+        body={"data": {"state": value}},
+        query=[("fieldManager", "kubectl")],
+        content_type=MERGE,
+    )
+
+
 def name_of(n: int) -> str:
     return f"rt-{n:05d}"
 
@@ -312,14 +325,7 @@ async def main() -> None:
                 async def edit(name: str) -> None:
                     async with semaphore:
                         edited[name] = time.perf_counter()
-                        await kube.request(
-                            skrs[hosts[name]],
-                            "PATCH",
-                            f"/api/v1/namespaces/{name}/configmaps/cm",
-                            body={"data": {"state": value}},
-                            query=[("fieldManager", "kubectl")],
-                            content_type=MERGE,
-                        )
+                        await edit_configmap(skrs[hosts[name]], name, value)
 
                 await asyncio.gather(*(edit(name) for name in names))
                 return edited

@@ -288,6 +288,25 @@ async def test_a_triggered_key_goes_before_thousands_queued_in_the_background() 
     assert sorted(runs) == sorted(["event", *(f"bg-{n}" for n in range(1000))])
 
 
+def _replica_queue(runs: list[str], owned: set[str], *, takes: float = 0.0) -> "workqueue.WorkQueue[str]":
+    """A sharded replica's queue: one worker noting each key it runs, admitting the keys in ``owned``, remembering
+    those it turned away for 60 s."""
+
+    async def reconcile(key: str) -> workqueue.Result:
+        runs.append(key)
+        await asyncio.sleep(takes)
+        return workqueue.Result()
+
+    return workqueue.WorkQueue(
+        name="t",
+        reconcile=reconcile,
+        workers=1,
+        metrics=workqueue.QueueMetrics(CollectorRegistry()),
+        admits=lambda key: key in owned,
+        turned_away_memory=60,
+    )
+
+
 async def test_what_was_asked_for_while_a_shard_was_elsewhere_goes_first_when_it_comes_here() -> None:
     """A replica hears every event and change, and turns away the keys of runtimes it does not own. When it
     takes their shard over (its owner was killed), the keys it turned away lately (an event's, a change's, a
@@ -296,20 +315,7 @@ async def test_what_was_asked_for_while_a_shard_was_elsewhere_goes_first_when_it
     shard not acquired, one reconciled here meanwhile, and a pass's key."""
     runs: list[str] = []
     owned: set[str] = set()
-
-    async def reconcile(key: str) -> workqueue.Result:
-        runs.append(key)
-        await asyncio.sleep(0.01)
-        return workqueue.Result()
-
-    queue = workqueue.WorkQueue(
-        name="t",
-        reconcile=reconcile,
-        workers=1,
-        metrics=workqueue.QueueMetrics(CollectorRegistry()),
-        admits=lambda key: key in owned,
-        turned_away_memory=60,
-    )
+    queue = _replica_queue(runs, owned, takes=0.01)
     stop = asyncio.Event()
     running = asyncio.create_task(queue.run(stop=stop))
     await asyncio.sleep(0)
@@ -343,19 +349,7 @@ async def test_keys_asked_for_before_the_queue_ran_or_longer_ago_than_its_memory
     its owner's to finish. Only the one asked for lately is queued at an acquisition."""
     runs: list[str] = []
     owned: set[str] = set()
-
-    async def reconcile(key: str) -> workqueue.Result:
-        runs.append(key)
-        return workqueue.Result()
-
-    queue = workqueue.WorkQueue(
-        name="t",
-        reconcile=reconcile,
-        workers=1,
-        metrics=workqueue.QueueMetrics(CollectorRegistry()),
-        admits=lambda key: key in owned,
-        turned_away_memory=60,
-    )
+    queue = _replica_queue(runs, owned)
     queue.add_all(["listed-at-start"])
     stop = asyncio.Event()
     running = asyncio.create_task(queue.run(stop=stop))
