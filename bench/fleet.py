@@ -33,6 +33,7 @@ generator kept up; the latencies count from the apiserver's answer to each edit.
 
 import argparse
 import asyncio
+import dataclasses
 import datetime
 import json
 import os
@@ -116,11 +117,26 @@ class CpuMeter:
         return {name: round(seconds / (now - began), 2) for name, seconds in sorted(used.items())}
 
 
+@dataclasses.dataclass
+class Edit:
+    """One edit of a runtime's object: the value it wrote, when the apiserver answered, when the watch saw it undone.
+
+    Timed from the answer, yet matched on the watch: the watch shows an object's states in order, so the
+    edited value is seen before the reset that undoes it, whichever of the answer and the reset this process
+    handles first (a reconcile under way for an earlier edit may undo this one before its answer is read)."""
+
+    value: str
+    answered: float | None = None
+    seen: bool = False
+    reset: float | None = None
+
+
 class Resets:
     """A watch of the synced ConfigMaps on one apiserver: when each edited object is back, and deletions."""
 
     def __init__(self) -> None:
-        self.edited: dict[tuple[str, str], float] = {}
+        self.edited: dict[tuple[str, str], Edit] = {}
+        """Edits not reset yet; a later edit of the same object replaces an earlier one (one reset undoes both)."""
         self.latencies: list[float] = []
         self.deleted: list[str] = []
         self.edit_retries = 0
@@ -144,9 +160,25 @@ class Resets:
         if kind == "DELETED":
             self.deleted.append("/".join(key))
             return
-        edited = self.edited.get(key)
-        if edited is not None and (obj.get("data") or {}).get("state") == "desired":
-            self.latencies.append(time.perf_counter() - edited)
+        edit = self.edited.get(key)
+        if edit is None:
+            return
+        state = (obj.get("data") or {}).get("state")
+        if state == edit.value:
+            edit.seen = True
+        elif state == "desired" and edit.seen and edit.reset is None:
+            edit.reset = time.perf_counter()
+            self._settle(key, edit)
+
+    def answered(self, key: tuple[str, str], edit: Edit) -> None:
+        edit.answered = time.perf_counter()
+        self._settle(key, edit)
+
+    def _settle(self, key: tuple[str, str], edit: Edit) -> None:
+        if edit.answered is None or edit.reset is None:
+            return
+        self.latencies.append(max(0.0, edit.reset - edit.answered))
+        if self.edited.get(key) is edit:
             del self.edited[key]
 
 
@@ -401,6 +433,8 @@ async def main() -> None:
                     on two SKR apiservers (a fleet has 10,000), which is not KCP's time. One the apiserver refuses
                     or that times out here is tried again: an edit dropped would not be measured at all."""
                     value = f"edited-{next(counter)}"
+                    key = (name, "cm")
+                    edit = resets.edited[key] = Edit(value)
                     deadline = time.perf_counter() + EDIT_DEADLINE
                     while True:
                         try:
@@ -412,10 +446,12 @@ async def main() -> None:
                             )
                             if not transient or time.perf_counter() > deadline:
                                 resets.edits_failed.append(f"{name}: {exc}")
+                                if resets.edited.get(key) is edit:
+                                    del resets.edited[key]
                                 return
                             resets.edit_retries += 1
                             await asyncio.sleep(getattr(exc, "retry_after", None) or 0.5)
-                    resets.edited[(name, "cm")] = time.perf_counter()
+                    resets.answered(key, edit)
                     await post_event(session, url, runtimes, name, edited)
 
                 async def steady(
