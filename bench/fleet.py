@@ -117,13 +117,15 @@ class CpuMeter:
         return {name: round(seconds / (now - began), 2) for name, seconds in sorted(used.items())}
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # one edit is one entry: found in its object's list by identity
 class Edit:
     """One edit of a runtime's object: the value it wrote, when the apiserver answered, when the watch saw it undone.
 
     Timed from the answer, yet matched on the watch: the watch shows an object's states in order, so the
     edited value is seen before the reset that undoes it, whichever of the answer and the reset this process
-    handles first (a reconcile under way for an earlier edit may undo this one before its answer is read)."""
+    handles first (a reconcile under way for an earlier edit may undo this one before its answer is read).
+    A reset seen before the answer counts as 0 s. A relist of the watch (after an error) shows only the
+    current state: an edit whose value and reset both fell in that gap stays "not reset"."""
 
     value: str
     answered: float | None = None
@@ -135,8 +137,8 @@ class Resets:
     """A watch of the synced ConfigMaps on one apiserver: when each edited object is back, and deletions."""
 
     def __init__(self) -> None:
-        self.edited: dict[tuple[str, str], Edit] = {}
-        """Edits not reset yet; a later edit of the same object replaces an earlier one (one reset undoes both)."""
+        self.edited: dict[tuple[str, str], list[Edit]] = {}
+        """Edits not reset yet, per object: a reset after several edits of it undoes each (each timed)."""
         self.latencies: list[float] = []
         self.deleted: list[str] = []
         self.edit_retries = 0
@@ -147,6 +149,8 @@ class Resets:
         ``EDIT_DEADLINE``: not made, so not timed."""
 
     def window(self) -> None:
+        """A new timed window: what an earlier one left (counted there as not reset) is not carried over."""
+        self.edited.clear()
         self.latencies.clear()
         self.edit_retries = 0
         self.edits_failed = []
@@ -160,26 +164,42 @@ class Resets:
         if kind == "DELETED":
             self.deleted.append("/".join(key))
             return
-        edit = self.edited.get(key)
-        if edit is None:
-            return
         state = (obj.get("data") or {}).get("state")
-        if state == edit.value:
-            edit.seen = True
-        elif state == "desired" and edit.seen and edit.reset is None:
-            edit.reset = time.perf_counter()
-            self._settle(key, edit)
+        for edit in list(self.edited.get(key, ())):
+            if state == edit.value:
+                edit.seen = True
+            elif state == "desired" and edit.seen and edit.reset is None:
+                edit.reset = time.perf_counter()
+                self._settle(key, edit)
+
+    def made(self, key: tuple[str, str], value: str) -> Edit:
+        edit = Edit(value)
+        self.edited.setdefault(key, []).append(edit)
+        return edit
 
     def answered(self, key: tuple[str, str], edit: Edit) -> None:
         edit.answered = time.perf_counter()
         self._settle(key, edit)
 
+    def dropped(self, key: tuple[str, str], edit: Edit) -> None:
+        self._forget(key, edit)
+
+    @property
+    def pending(self) -> int:
+        return sum(len(edits) for edits in self.edited.values())
+
     def _settle(self, key: tuple[str, str], edit: Edit) -> None:
         if edit.answered is None or edit.reset is None:
             return
         self.latencies.append(max(0.0, edit.reset - edit.answered))
-        if self.edited.get(key) is edit:
-            del self.edited[key]
+        self._forget(key, edit)
+
+    def _forget(self, key: tuple[str, str], edit: Edit) -> None:
+        edits = self.edited.get(key, [])
+        if edit in edits:
+            edits.remove(edit)
+        if not edits:
+            self.edited.pop(key, None)
 
 
 async def post_event(
@@ -432,13 +452,12 @@ async def main() -> None:
                     """An edit, timed from when the apiserver answered it: 10,000 at once queue in this process and
                     on two SKR apiservers (a fleet has 10,000), which is not KCP's time. One the apiserver refuses
                     or that times out here is tried again: an edit dropped would not be measured at all."""
-                    value = f"edited-{next(counter)}"
                     key = (name, "cm")
-                    edit = resets.edited[key] = Edit(value)
+                    edit = resets.made(key, f"edited-{next(counter)}")
                     deadline = time.perf_counter() + EDIT_DEADLINE
                     while True:
                         try:
-                            edited = await edit_configmap(skrs[hosts[name]], name, value)
+                            edited = await edit_configmap(skrs[hosts[name]], name, edit.value)
                             break
                         except kube.KubeError as exc:
                             transient = (
@@ -446,10 +465,12 @@ async def main() -> None:
                             )
                             if not transient or time.perf_counter() > deadline:
                                 resets.edits_failed.append(f"{name}: {exc}")
-                                if resets.edited.get(key) is edit:
-                                    del resets.edited[key]
+                                resets.dropped(key, edit)
                                 return
                             resets.edit_retries += 1
+                            # The failed attempt may have been applied, and undone: a new value, not a rewrite.
+                            resets.dropped(key, edit)
+                            edit = resets.made(key, f"edited-{next(counter)}")
                             await asyncio.sleep(getattr(exc, "retry_after", None) or 0.5)
                     resets.answered(key, edit)
                     await post_event(session, url, runtimes, name, edited)
@@ -482,7 +503,7 @@ async def main() -> None:
                     if injected:
                         await injected
                     await _until(lambda: not resets.edited, timeout=300)
-                    summary = _summary(resets.latencies, edits=n, lost=len(resets.edited), seconds=seconds)
+                    summary = _summary(resets.latencies, edits=n, lost=resets.pending, seconds=seconds)
                     return summary | {
                         "edit_retries": resets.edit_retries,
                         "edits_failed": _some(resets.edits_failed),
@@ -504,7 +525,7 @@ async def main() -> None:
                 burst_result = _summary(
                     resets.latencies,
                     edits=burst_size,
-                    lost=len(resets.edited),
+                    lost=resets.pending,
                     seconds=time.perf_counter() - burst_started,
                 ) | {
                     "all_edits_made_s": round(edits_made, 1),
