@@ -592,3 +592,25 @@ async def test_an_idle_watcher_connection_is_closed_after_the_keepalive(
                     assert response.status == 202
                 assert held() == 1, "kept alive while in use"
                 await eventually(lambda: held() == 0, timeout=10, what="the idle connection closed")
+
+
+async def test_the_listener_sends_no_session_tickets(listener: server.Bound, runtime_pki: Pki) -> None:
+    """Watchers connect through asyncio, which cannot resume a TLS session, so a ticket is work for nothing (OpenSSL
+    3.0 copies the session through DER for each one). A client that read the whole answer holds no ticket."""
+    context = runtime_pki.client_context(runtime_pki.runtime_cert("skr-1"))
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    url = urllib.parse.urlsplit(listener.events_url)
+    reader, writer = await asyncio.open_connection(url.hostname, url.port, ssl=context)
+    try:
+        body = events.encode(make_event(uid=f"uid-tickets-{uuid.uuid4().hex[:6]}"))
+        writer.write(
+            f"POST {wire.EVENTS_PATH} HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        answer = await reader.read()
+        session = writer.get_extra_info("ssl_object").session
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 202"), answer[:200]
+    assert session is not None and not session.has_ticket
