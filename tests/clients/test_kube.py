@@ -145,3 +145,28 @@ def test_object_paths_quote_every_segment(name: str) -> None:
         return
     assert path.count("/") == CONFIGMAPS.path("default").count("/") + 1
     assert not path.endswith(("/..", "/."))
+
+
+async def test_a_connection_is_reused_after_a_quiet_spell_longer_than_aiohttps_default(
+    skr_api: kube.ApiClient,
+) -> None:
+    """A runtime changed every ~50 s reuses its connection instead of a TLS handshake per change: after 16 s of
+    quiet (aiohttp's default keep-alive is 15 s), the next request goes out on the same connection."""
+
+    async def local_port() -> int:
+        # A watch holds its connection while it streams (a small answer gives it back before it can be looked at).
+        response = await skr_api.call_api(
+            "/api/v1/namespaces/default/configmaps",
+            "GET",
+            query_params=[("watch", "1"), ("timeoutSeconds", "1")],
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+        )
+        assert response.status == 200, await response.text()
+        port: int = response.connection.transport.get_extra_info("sockname")[1]
+        await response.read()
+        return port
+
+    first = await local_port()
+    await asyncio.sleep(16)
+    assert await local_port() == first
