@@ -12,8 +12,9 @@ listener is held to (a synchronous JetStream publish per event is the listener's
 --listeners N: N listener processes sharing the port (SO_REUSEPORT: the kernel spreads connections),
 each with its own management port; their CPU is summed.
 --fresh-connections: every event on a connection of its own (a TLS handshake each), as in a large
-fleet where a runtime reports less often than connections are kept alive (the listener closes
-them after keepalive_seconds, 30 by default): 10,000 runtimes at 200 events/s report every 50 s.
+fleet where a runtime reports less often than connections are kept alive (a watcher closes an idle
+one after 15 s, aiohttp's default; the listener after keepalive_seconds, 30): 10,000 runtimes at
+200 events/s report every 50 s.
 --forwarded: the listener in forward-client-cert mode, as behind an ingress that terminates mTLS:
 the clients send plain HTTP with nginx's header (the URL-encoded PEM of their certificate), from a
 trusted proxy address; the listener checks chain, revocation and identity as in mTLS mode (once per

@@ -35,10 +35,14 @@ def _server_ssl_context(tls: settings.ServerTlsSettings, trust_config: settings.
     context.verify_mode = ssl.CERT_REQUIRED
     context.load_cert_chain(tls.cert_file, tls.key_file)
     context.load_verify_locations(cafile=trust_config.client_ca_file)
-    # No TLS 1.3 session tickets: watchers connect through asyncio, which cannot resume a session, so a ticket
-    # is never used, and OpenSSL 3.0 makes each one by copying the session through DER, decoding the client's
-    # certificate again: 19 % of a listener's CPU where every event comes on a new connection (py-spy).
+    # No session tickets, TLS 1.3 (num_tickets) nor 1.2 (OP_NO_TICKET): watchers connect through asyncio, which
+    # offers a client no way to resume a session, so a ticket is never used, and OpenSSL 3.0 makes each one by
+    # copying the session through DER, decoding the client's certificate again: 19 % of a listener's CPU where
+    # every event comes on a new connection (py-spy). Both are needed: OP_NO_TICKET alone makes TLS 1.3 send
+    # tickets kept in the server's cache. (A TLS 1.2 client can still resume by session id: CPython keeps
+    # OpenSSL's server cache on.)
     context.num_tickets = 0
+    context.options |= ssl.OP_NO_TICKET
     return context
 
 
