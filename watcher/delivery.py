@@ -80,7 +80,9 @@ class Delivery:
         if renewed or self._session is None:
             await self.close()
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=context, limit=self._settings.senders),
+                connector=aiohttp.TCPConnector(
+                    ssl=context, limit=self._settings.senders, keepalive_timeout=self._settings.keepalive_seconds
+                ),
                 timeout=aiohttp.ClientTimeout(total=self._settings.request_timeout_seconds),
             )
         return self._session

@@ -56,6 +56,8 @@ class RecordingListener:
     unknown_objects: set[str] = dataclasses.field(default_factory=set)
     """Events about these object names are refused as invalid (422), as the listener refuses an unknown module."""
     rejected: list[events.ChangeEvent] = dataclasses.field(default_factory=list)
+    heartbeat_peers: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    """The client address of each heartbeat: one port is one connection."""
 
     async def handle(self, request: web.Request) -> web.Response:
         if not self.available:
@@ -70,6 +72,8 @@ class RecordingListener:
 
     async def heartbeat(self, request: web.Request) -> web.Response:
         self.heartbeats.append(events.Heartbeat.model_validate_json(await request.read()))
+        assert request.transport is not None
+        self.heartbeat_peers.append(request.transport.get_extra_info("peername")[:2])
         return web.Response(status=204)
 
     def of(self, name: str) -> list[tuple[str, str]]:
