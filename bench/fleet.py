@@ -17,7 +17,8 @@ Then:
 - ModuleTemplate: a new template in KCP until the reconcilers made a pass for every runtime;
 - faults (--kill): during a second steady-drift window one reconciler replica and the listener
   are SIGKILLed (the listener restarted after 3 s): every edit must still be reset, and no
-  synced object may be deleted (DELETED events on the watch are counted);
+  synced object may be deleted (DELETED events on the watch are counted); shards_taken_over_s is
+  when no shard Lease named the killed replica any more (read once a second);
 - resources: CPU seconds and RSS of every KCP component, busy and after --idle-seconds of rest
   (idle runtime clients and connections released), with the clients (held, and retired but still
   open) and connections left; and the cores each process (the apiservers, etcd and this load
@@ -56,12 +57,12 @@ import aiohttp
 import yaml
 from scale import edit_configmap, name_of, nats_credentials, register, usage
 
-from clients import informer, kube
+from clients import informer, kube, leases
 from contract import events, ids, wire
 from devenv import landscape, net, process, testbin
 from devenv import nats as nats_mod
 from pki import authority
-from reconciler import crds
+from reconciler import crds, sharding
 
 SYNCED = "kyma-project.io/synced-by=kyma-sync"
 EDIT_DEADLINE = 300.0
@@ -628,13 +629,23 @@ async def main() -> None:
                         await asyncio.sleep(args.drift_seconds / 3)
                         meter.keep_figures()
                         await asyncio.to_thread(procs[victim].kill)
+                        killed = time.perf_counter()
                         await asyncio.to_thread(procs["listener"].kill)
+                        taking_over = asyncio.create_task(_taken_over_from(kcp, victim))
                         await asyncio.sleep(3)
                         procs["listener"].start()
+                        try:
+                            await asyncio.wait_for(taking_over, timeout=300)
+                        except TimeoutError:
+                            return  # shards_taken_over_s: None
+                        taken_over["s"] = round(time.perf_counter() - killed, 1)
+
+                    taken_over: dict[str, float] = {}
 
                     deleted_before = len(resets.deleted)
                     fault_result = await steady(args.drift_seconds, args.drift_rate, during=faults)
                     fault_result["reconciler_killed"] = victim
+                    fault_result["shards_taken_over_s"] = taken_over.get("s")
                     fault_result["synced_objects_deleted"] = len(resets.deleted) - deleted_before
                     phase(f"faults: {fault_result}")
 
@@ -697,6 +708,19 @@ async def _until(check: Callable[[], bool], *, timeout: float, interval: float =
         if check() or time.perf_counter() > deadline:
             return
         await asyncio.sleep(interval)
+
+
+async def _taken_over_from(kcp: kube.ApiClient, victim: str) -> None:
+    """Until no shard Lease names ``victim`` as its holder: another replica took each over. Read from the Leases
+    (one small list a second), not the survivor's metrics (a scrape renders thousands of series at 10,000)."""
+    while True:
+        listing, _ = await kube.list_objects(
+            kcp, leases.LEASES, namespace=wire.KCP_NAMESPACE, label_selector=f"{sharding.ROLE_LABEL}=shard"
+        )
+        holders = {(lease.get("spec") or {}).get("holderIdentity") for lease in listing}
+        if listing and victim not in holders and None not in holders:
+            return
+        await asyncio.sleep(1)
 
 
 async def _group_ready(kcp: kube.ApiClient, runtimes: int) -> bool:
