@@ -59,6 +59,7 @@ class Controller(abc.ABC, Generic[K]):
             runtime_of=self.runtime_of,
             admits=self.admits,
             timeout=config.reconcile_timeout_seconds,
+            backoff_max=config.backoff_max_seconds,
             # A dead owner's shards are taken over a lease and a renewal after its last renewal; what it had not
             # worked off by then is as old again at most: a key asked for longer ago was the owner's to finish.
             turned_away_memory=3 * shared.config.sharding.lease_duration_seconds,

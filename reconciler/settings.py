@@ -24,6 +24,11 @@ class ControllerSettings(_Section):
     reconcile_timeout_seconds: float = Field(
         default=300, gt=0, description="one reconcile is abandoned after this long"
     )
+    backoff_max_seconds: float = Field(
+        default=300,
+        gt=0,
+        description="a failing key is retried after half a second, then twice as long each time, up to this",
+    )
 
 
 class SyncResourcesSettings(ControllerSettings):

@@ -330,7 +330,9 @@ async def test_a_group_comes_back_for_a_runtime_waiting_for_its_object_to_go_whi
 
     async with _refused_by_skr_2(kcp) as group:
         path = kube.CONFIGMAPS.object_path(group.namespace, "cm-waiting")
-        async with run_controller():
+        # Retries at most 2 s apart: the runtime's own failures and the group's passes both double its backoff, so
+        # at the default a loaded machine waited minutes for the retries this test counts.
+        async with run_controller(sync_resources={"backoff_max_seconds": 2}) as running:
             await kcp.create("waiting", {"target": group.target, "items": [group.configmap("cm-waiting", "v1")]})
             await eventually(lambda: group.has("skr-1", "cm-waiting", "v1"), what="synced to skr-1")
             # Keys the start queued for each runtime (turned away while the first pass ran) have run by the time
@@ -342,14 +344,12 @@ async def test_a_group_comes_back_for_a_runtime_waiting_for_its_object_to_go_whi
             await kcp.patch_spec("waiting", {"items": [group.configmap("cm-waiting", "v2")]})
             await eventually(waiting, what="skr-1 waiting for its object to go")
             # The passes the spec change triggered have run once skr-2 failed on its own twice more: from here only
-            # the pass's own request to come back brings skr-1 back. Each failure doubles the wait for the next retry
-            # (8-16 s after the sixth, 16-32 s after the seventh, 32-64 s after the eighth); a loaded CI machine had
-            # seen so many by here that the second retry did not come within 30 s. This allows for the two after the
-            # seventh.
+            # the pass's own request to come back brings skr-1 back.
             failed_before = _failures_of(caplog, skr_2)
-            await eventually(
-                lambda: _failures_of(caplog, skr_2) >= failed_before + 2, timeout=100, what="skr-2 retried twice"
-            )
+            await eventually(lambda: _failures_of(caplog, skr_2) >= failed_before + 2, what="skr-2 retried twice")
+            [sync] = [c for c in running.controllers if c.name == "sync_resources"]
+            # Just failed for the fifth time or more: the retry is taken at most backoff_max_seconds later.
+            assert 0 < sync.queue.retry_delay(sync_resources.Key(kcp.namespace, "waiting", "skr-2")) <= 2
             await kube.merge_patch(kcp.skrs["skr-1"], path, {"metadata": {"finalizers": None}})
             await eventually(lambda: group.has("skr-1", "cm-waiting", "v2"), timeout=60, what="created again once gone")
 
