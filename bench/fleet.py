@@ -122,8 +122,9 @@ class CpuMeter:
 
 
 class ReconcileMeter:
-    """What each replica's SyncResource controller did over a window: reconciles a second, how long one took (wall
-    time, its requests' round trips included) and how many failed. Where the reconcilers take fewer a second than
+    """What each replica's SyncResource controller did over a window: reconciles a second (every key: a runtime's
+    pass, a group's, a status sum), how long one took (wall time, its requests' round trips included) and how many
+    failed. Where the reconcilers take fewer a second than
     edits come, keys wait in their queues and events in their NATS consumers: the latency is queueing. A replica
     killed in the window is left out. Two scrapes a window (a scrape renders thousands of series at 10,000)."""
 
@@ -150,6 +151,8 @@ class ReconcileMeter:
         for identity in sorted(before.keys() & after.keys()):
             (count_0, seconds_0, failed_0), (count_1, seconds_1, failed_1) = before[identity], after[identity]
             reconciles = count_1 - count_0
+            if reconciles < 0:
+                continue  # restarted within the window: its counters began again
             figures[identity] = {
                 "per_s": round(reconciles / (now - began), 1),
                 "mean_s": round((seconds_1 - seconds_0) / reconciles, 3) if reconciles else 0.0,
@@ -524,9 +527,9 @@ async def main() -> None:
                 ) -> dict[str, Any]:
                     resets.window()
                     tasks: set[asyncio.Task[None]] = set()
+                    reconciles = ReconcileMeter(reconciler_ports)  # scrapes, blocking: before the window starts
                     window_started = loop.time()
                     meter = CpuMeter(pids)
-                    reconciles = ReconcileMeter(reconciler_ports)
                     injected = asyncio.create_task(during(meter)) if during else None
                     n = 0
                     late: list[float] = []
@@ -560,9 +563,9 @@ async def main() -> None:
                 phase(f"steady: {steady_result}")
                 burst_size = args.burst or len(names)
                 resets.window()
+                reconciles = ReconcileMeter(reconciler_ports)
                 burst_started = time.perf_counter()
                 meter = CpuMeter(pids)
-                reconciles = ReconcileMeter(reconciler_ports)
                 await asyncio.gather(*(drift(name) for name in random.sample(names, min(burst_size, len(names)))))
                 edits_made = time.perf_counter() - burst_started
                 await _until(lambda: not resets.edited, timeout=900)
@@ -711,14 +714,20 @@ async def _until(check: Callable[[], bool], *, timeout: float, interval: float =
 
 
 async def _taken_over_from(kcp: kube.ApiClient, victim: str) -> None:
-    """Until no shard Lease names ``victim`` as its holder: another replica took each over. Read from the Leases
-    (one small list a second), not the survivor's metrics (a scrape renders thousands of series at 10,000)."""
+    """Until no shard Lease names ``victim`` as its holder, having named it (the kill comes just before): another
+    replica took each over. Read from the Leases (one small list a second), not the survivor's metrics (a scrape
+    renders thousands of series at 10,000)."""
+    held_by_victim = False
     while True:
-        listing, _ = await kube.list_objects(
-            kcp, leases.LEASES, namespace=wire.KCP_NAMESPACE, label_selector=f"{sharding.ROLE_LABEL}=shard"
-        )
+        try:
+            listing, _ = await kube.list_objects(
+                kcp, leases.LEASES, namespace=wire.KCP_NAMESPACE, label_selector=f"{sharding.ROLE_LABEL}=shard"
+            )
+        except kube.KubeError:  # a saturated KCP: look again
+            listing = []
         holders = {(lease.get("spec") or {}).get("holderIdentity") for lease in listing}
-        if listing and victim not in holders and None not in holders:
+        held_by_victim |= victim in holders
+        if held_by_victim and victim not in holders and None not in holders:
             return
         await asyncio.sleep(1)
 

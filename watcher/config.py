@@ -66,10 +66,11 @@ class DeliverySettings(_Section):
         default=15,
         gt=0,
         description="an idle connection to the listener is reused for this long (aiohttp's default, 15). Keep it "
-        "below the listener's keepalive_seconds (30 by default), or a request may go out on a connection the "
-        "listener is closing (retried, never lost). Above heartbeat_seconds on both sides, a runtime holds one "
-        "connection: about 47 KiB of listener memory each, against a TLS handshake per heartbeat (at 10,000 "
-        "runtimes about 460 MiB against a third of a listener core)",
+        "a few seconds below the listener's keepalive_seconds (30 by default), or a request may go out on a "
+        "connection the listener is closing: an event is sent again after the backoff (to the next listener "
+        "endpoint, if several), a heartbeat waits for the next. Above heartbeat_seconds on both sides, a runtime "
+        "holds one connection: about 47 KiB of listener memory each, against a TLS handshake per heartbeat (at "
+        "10,000 runtimes about 460 MiB against a third of a listener core)",
     )
     drain_seconds: float = Field(
         default=10,
