@@ -45,16 +45,21 @@ class Observer:
         self._seen: dict[str, _Seen] = {}
 
     def holder(self, lease: dict[str, Any]) -> str | None:
+        expires_in = self.expires_in(lease)
+        return None if expires_in is None or expires_in < 0 else str(lease["spec"]["holderIdentity"])
+
+    def expires_in(self, lease: dict[str, Any]) -> float | None:
+        """Seconds until the lease is free if it stays as it is now (negative: free already); None if nobody holds
+        it. A candidate can look again right then rather than at its next round."""
         now = time.monotonic()
         name, version = lease["metadata"]["name"], lease["metadata"]["resourceVersion"]
         seen = self._seen.get(name)
         if seen is None or seen.version != version:
             seen = self._seen[name] = _Seen(version, now)
         spec = lease.get("spec") or {}
-        holder = spec.get("holderIdentity")
-        if not holder or now - seen.since > float(spec.get("leaseDurationSeconds") or 0):
+        if not spec.get("holderIdentity"):
             return None
-        return str(holder)
+        return seen.since + float(spec.get("leaseDurationSeconds") or 0) - now
 
 
 @dataclasses.dataclass
