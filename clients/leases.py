@@ -74,6 +74,9 @@ class Lease:
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
     reachable: bool = False
     """Whether the last request got an answer."""
+    namespace_missing: bool = False
+    """Whether the last attempt to create the lease found no namespace to create it in (said once, as an error:
+    a candidate whose lease cannot exist never holds it, and would otherwise wait without a word)."""
     observer: Observer = dataclasses.field(default_factory=Observer)
 
     @property
@@ -130,9 +133,18 @@ class Lease:
                 lease = {**current, "spec": self._spec(acquired=acquired or micro_time(now()), transitions=transitions)}
                 await kube.request(self.api, "PUT", self.path, body=lease)
         except kube.KubeError as exc:
+            if current is None and isinstance(exc, kube.NotFoundError):  # a create 404s only without a namespace
+                if not self.namespace_missing:
+                    log.error(
+                        "cannot create the lease: its namespace does not exist",
+                        extra={"lease": self.name, "namespace": self.namespace},
+                    )
+                self.namespace_missing = self.reachable = True
+                return False
             self._failed(exc)
             return False
         self.reachable = True
+        self.namespace_missing = False
         return True
 
     def _failed(self, exc: kube.KubeError) -> None:

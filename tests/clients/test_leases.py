@@ -2,6 +2,7 @@
 
 import asyncio
 import datetime
+import logging
 import uuid
 
 import pytest
@@ -40,3 +41,26 @@ async def test_a_live_holder_whose_clock_is_behind_keeps_its_lease(skr_api: kube
         assert await follower.try_acquire(), "unchanged for its duration on our clock: the holder is gone"
     finally:
         await kube.delete(skr_api, leases.LEASES.object_path("default", name))
+
+
+async def test_a_lease_whose_namespace_does_not_exist_is_an_error_said_once(
+    skr_api: kube.ApiClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reconciler replica configured with a Lease namespace that does not exist held no shard, stayed ready and
+    said nothing. Creating its lease there is an error, logged once however often it is tried, until it works."""
+    namespace = f"no-such-{uuid.uuid4().hex[:6]}"
+    lease = leases.Lease(skr_api, namespace, "candidate", identity="me", duration_seconds=10)
+    caplog.set_level(logging.ERROR, logger="clients.leases")
+    assert not await lease.take(None)
+    assert not await lease.take(None)
+    said = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [(r.getMessage(), getattr(r, "namespace", None)) for r in said] == [
+        ("cannot create the lease: its namespace does not exist", namespace)
+    ]
+    assert lease.namespace_missing
+    await kube.ensure_namespace(skr_api, namespace)
+    try:
+        assert await lease.take(None)
+        assert not lease.namespace_missing
+    finally:
+        await kube.delete(skr_api, f"/api/v1/namespaces/{namespace}")
