@@ -35,10 +35,13 @@ from reconciler import settings, sharding
 REPLICAS = ("r0", "r1")
 
 
-async def _until(check: Callable[[], Awaitable[bool]], *, interval: float) -> None:
+async def _until(check: Callable[[], Awaitable[bool]], *, interval: float, what: str) -> None:
+    deadline = time.perf_counter() + 120
     while True:
         if await check():
             return
+        if time.perf_counter() > deadline:
+            raise SystemExit(f"not within 120 s: {what}")
         await asyncio.sleep(interval)
 
 
@@ -111,17 +114,17 @@ async def main() -> None:
                     holders = await _holders(kcp)
                     return set(holders) == set(REPLICAS) and len(holders) == defaults.shards
 
-                await _until(shared, interval=0.2)
+                await _until(shared, interval=0.2, what="both replicas holding shards")
                 await asyncio.sleep(random.uniform(0, defaults.renew_interval_seconds))
                 victim = REPLICAS[round_ % len(REPLICAS)]
-                await asyncio.to_thread(replicas[victim].kill)
                 killed = time.perf_counter()
+                await asyncio.to_thread(replicas[victim].kill)
 
                 async def taken_over(victim: str = victim) -> bool:
                     holders = await _holders(kcp)
                     return victim not in holders and None not in holders
 
-                await _until(taken_over, interval=0.05)
+                await _until(taken_over, interval=0.05, what="the shards taken over")
                 taken.append(round(time.perf_counter() - killed, 2))
                 print(
                     f"round {round_ + 1}: {victim} killed, its shards taken over after {taken[-1]} s", file=sys.stderr

@@ -133,14 +133,16 @@ class Lease:
                 lease = {**current, "spec": self._spec(acquired=acquired or micro_time(now()), transitions=transitions)}
                 await kube.request(self.api, "PUT", self.path, body=lease)
         except kube.KubeError as exc:
-            if current is None and isinstance(exc, kube.NotFoundError):  # a create 404s only without a namespace
+            # A create 404s where the namespace does not exist (or the apiserver serves no Leases there).
+            if current is None and isinstance(exc, kube.NotFoundError):
                 if not self.namespace_missing:
                     log.error(
                         "cannot create the lease: its namespace does not exist",
-                        extra={"lease": self.name, "namespace": self.namespace},
+                        extra={"lease": self.name, "namespace": self.namespace, "reason": exc.reason},
                     )
                 self.namespace_missing = self.reachable = True
                 return False
+            self.namespace_missing = False
             self._failed(exc)
             return False
         self.reachable = True

@@ -44,6 +44,9 @@ ROLE_LABEL = "reconciler.kyma-project.io/lease"
 GROUP_LABEL = "reconciler.kyma-project.io/group"
 SINGLETON_SHARD = 0
 _AFTER_EXPIRY = 0.05
+_RENEWALS_AT_ONCE = 16
+"""Shard renewals sent together: a replica may hold up to 256, and KCP's priority and fairness or the client's
+connection pool would queue the rest past their time bound."""
 """A round meant for a lease's expiry comes this long after it, so that the lease is seen free."""
 T = TypeVar("T")
 
@@ -320,9 +323,11 @@ class _LeaseKeeper:
         expiries = [
             expires_in
             for name, lease in listed.items()
-            if name not in renewing and (expires_in := self._observer.expires_in(lease)) is not None and expires_in >= 0
+            if name not in renewing
+            and holders[name] is not None  # held as of just now: one expiring since is looked at again at once
+            and (expires_in := self._observer.expires_in(lease)) is not None
         ]
-        self._next_free_at = time.monotonic() + min(expiries) if expiries else None
+        self._next_free_at = time.monotonic() + max(min(expiries), 0.0) if expiries else None
         for shard in sorted(self._renewed):  # taken over meanwhile: ours no longer, whatever placement says
             holder = (listed.get(self._shard_leases[shard].name) or {}).get("spec", {}).get("holderIdentity")
             if holder != self.identity:
@@ -336,10 +341,14 @@ class _LeaseKeeper:
             await self._bounded(self._member.release(), None)
         desired = placement(self._config.shards, members or set()) if able else {}
         self._drain([s for s in sorted(self._renewed) if desired.get(s) != self.identity and s not in self._draining])
-        # All at once: one after another, a slow KCP made a round last a request per shard longer, and a peer saw
-        # each renewal that much later.
+        # At once, up to _RENEWALS_AT_ONCE: one after another, on a slow KCP a round grew by a request per shard,
+        # and a peer saw each renewal that much later.
+        at_once = asyncio.Semaphore(_RENEWALS_AT_ONCE)
         await asyncio.gather(
-            *(self._renew(shard, listed.get(self._shard_leases[shard].name)) for shard in sorted(self._renewed))
+            *(
+                self._renew(shard, listed.get(self._shard_leases[shard].name), at_once)
+                for shard in sorted(self._renewed)
+            )
         )
         gained = set()
         for shard, lease in enumerate(self._shard_leases):
@@ -359,9 +368,10 @@ class _LeaseKeeper:
         if gained:
             self._acquired(gained)
 
-    async def _renew(self, shard: int, current: dict[str, Any] | None) -> None:
+    async def _renew(self, shard: int, current: dict[str, Any] | None, at_once: asyncio.Semaphore) -> None:
         sent = asyncio.get_running_loop().time()  # before the write: the earliest a peer may time us from
-        renewed = await self._bounded(self._shard_leases[shard].take(current), False)
+        async with at_once:  # bounded once sent, not while waiting its turn
+            renewed = await self._bounded(self._shard_leases[shard].take(current), False)
         # Given up meanwhile (handed over, lost): a late answer must not make it held again.
         if renewed and shard in self._renewed:
             self._renewed[shard] = max(self._renewed[shard], sent)

@@ -53,7 +53,7 @@ async def test_a_lease_whose_namespace_does_not_exist_is_an_error_said_once(
     caplog.set_level(logging.ERROR, logger="clients.leases")
     assert not await lease.take(None)
     assert not await lease.take(None)
-    said = [r for r in caplog.records if r.levelno == logging.ERROR]
+    said = [r for r in caplog.records if r.name == "clients.leases" and r.levelno == logging.ERROR]
     assert [(r.getMessage(), getattr(r, "namespace", None)) for r in said] == [
         ("cannot create the lease: its namespace does not exist", namespace)
     ]
