@@ -20,7 +20,6 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -52,14 +51,6 @@ async def _holders(kcp: kube.ApiClient) -> list[str | None]:
     return [(lease.get("spec") or {}).get("holderIdentity") for lease in listing]
 
 
-def _ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{net.LOOPBACK}:{port}/readyz", timeout=2) as answer:
-            return bool(answer.status == 200)
-    except OSError:
-        return False
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=10, help="kills (default 10)")
@@ -89,17 +80,10 @@ async def main() -> None:
                     }
                 )
             )
+            kubeconfig = str(kcp_cluster.admin_kubeconfig_path)
             replicas[identity] = process.ManagedProcess(
                 name=identity,
-                argv=[
-                    sys.executable,
-                    "-m",
-                    "reconciler.cli",
-                    "--config",
-                    str(config),
-                    "--kcp-kubeconfig",
-                    str(kcp_cluster.admin_kubeconfig_path),
-                ],
+                argv=[sys.executable, "-m", "reconciler.cli", "--config", str(config), "--kcp-kubeconfig", kubeconfig],
                 log_path=work / f"{identity}.log",
             )
             replicas[identity].start()
@@ -107,7 +91,7 @@ async def main() -> None:
             taken: list[float] = []
             for round_ in range(args.rounds):
                 for identity in REPLICAS:
-                    probe = functools.partial(_ready, ports[identity])
+                    probe = functools.partial(net.http_ok, f"http://{net.LOOPBACK}:{ports[identity]}/readyz")
                     await asyncio.to_thread(replicas[identity].wait_ready, probe, timeout=60)
 
                 async def shared() -> bool:
