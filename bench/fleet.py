@@ -55,14 +55,14 @@ from typing import Any
 
 import aiohttp
 import yaml
-from scale import edit_configmap, name_of, nats_credentials, register, usage
+from scale import edit_configmap, name_of, nats_credentials, register, shard_holders, usage
 
-from clients import informer, kube, leases
+from clients import informer, kube
 from contract import events, ids, wire
 from devenv import landscape, net, process, testbin
 from devenv import nats as nats_mod
 from pki import authority
-from reconciler import crds, sharding
+from reconciler import crds
 
 SYNCED = "kyma-project.io/synced-by=kyma-sync"
 EDIT_DEADLINE = 300.0
@@ -124,9 +124,9 @@ class CpuMeter:
 class ReconcileMeter:
     """What each replica's SyncResource controller did over a window: reconciles a second (every key: a runtime's
     pass, a group's, a status sum), how long one took (wall time, its requests' round trips included) and how many
-    failed. Where the reconcilers take fewer a second than
-    edits come, keys wait in their queues and events in their NATS consumers: the latency is queueing. A replica
-    killed in the window is left out. Two scrapes a window (a scrape renders thousands of series at 10,000)."""
+    failed. Where the reconcilers take fewer a second than edits come, keys wait in their queues and events in their
+    NATS consumers: the latency is queueing. A replica killed in the window is left out. Two scrapes a window (a
+    scrape renders thousands of series at 10,000)."""
 
     _LABELS = 'controller="sync_resources"'
 
@@ -628,6 +628,8 @@ async def main() -> None:
                 if args.kill:
                     victim = nats_mod.RECONCILER_REPLICAS[0]
 
+                    taken_over: dict[str, float] = {}
+
                     async def faults(meter: CpuMeter) -> None:
                         await asyncio.sleep(args.drift_seconds / 3)
                         meter.keep_figures()
@@ -642,8 +644,6 @@ async def main() -> None:
                         except TimeoutError:
                             return  # shards_taken_over_s: None
                         taken_over["s"] = round(time.perf_counter() - killed, 1)
-
-                    taken_over: dict[str, float] = {}
 
                     deleted_before = len(resets.deleted)
                     fault_result = await steady(args.drift_seconds, args.drift_rate, during=faults)
@@ -720,12 +720,9 @@ async def _taken_over_from(kcp: kube.ApiClient, victim: str) -> None:
     held_by_victim = False
     while True:
         try:
-            listing, _ = await kube.list_objects(
-                kcp, leases.LEASES, namespace=wire.KCP_NAMESPACE, label_selector=f"{sharding.ROLE_LABEL}=shard"
-            )
+            holders = set(await shard_holders(kcp))
         except kube.KubeError:  # a saturated KCP: look again
-            listing = []
-        holders = {(lease.get("spec") or {}).get("holderIdentity") for lease in listing}
+            holders = set()
         held_by_victim |= victim in holders
         if held_by_victim and victim not in holders and None not in holders:
             return

@@ -38,11 +38,11 @@ import yaml
 from kubernetes_asyncio import client
 
 from certs import stores
-from clients import kube
+from clients import kube, leases
 from contract import wire
 from devenv import landscape, net, process, testbin
 from pki import authority, kubeconfigs
-from reconciler import crds
+from reconciler import crds, sharding
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 MERGE = "application/merge-patch+json"
@@ -482,6 +482,14 @@ async def main() -> None:
 
 if __name__ == "__main__":
     asyncio.run(main())
+
+
+async def shard_holders(kcp: client.ApiClient) -> list[str | None]:
+    """The holder each reconciler shard Lease in KCP names (None: released)."""
+    listing, _ = await kube.list_objects(
+        kcp, leases.LEASES, namespace=wire.KCP_NAMESPACE, label_selector=f"{sharding.ROLE_LABEL}=shard"
+    )
+    return [(lease.get("spec") or {}).get("holderIdentity") for lease in listing]
 
 
 def nats_credentials(running: landscape.Landscape, identity: str) -> dict[str, object]:

@@ -24,12 +24,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import yaml
+from scale import shard_holders
 
-from clients import kube, leases
+from clients import kube
 from contract import wire
 from devenv import kube as kube_mod
 from devenv import net, process, testbin
-from reconciler import settings, sharding
+from reconciler import settings
 
 REPLICAS = ("r0", "r1")
 
@@ -42,13 +43,6 @@ async def _until(check: Callable[[], Awaitable[bool]], *, interval: float, what:
         if time.perf_counter() > deadline:
             raise SystemExit(f"not within 120 s: {what}")
         await asyncio.sleep(interval)
-
-
-async def _holders(kcp: kube.ApiClient) -> list[str | None]:
-    listing, _ = await kube.list_objects(
-        kcp, leases.LEASES, namespace=wire.KCP_NAMESPACE, label_selector=f"{sharding.ROLE_LABEL}=shard"
-    )
-    return [(lease.get("spec") or {}).get("holderIdentity") for lease in listing]
 
 
 async def main() -> None:
@@ -95,7 +89,7 @@ async def main() -> None:
                     await asyncio.to_thread(replicas[identity].wait_ready, probe, timeout=60)
 
                 async def shared() -> bool:
-                    holders = await _holders(kcp)
+                    holders = await shard_holders(kcp)
                     return set(holders) == set(REPLICAS) and len(holders) == defaults.shards
 
                 await _until(shared, interval=0.2, what="both replicas holding shards")
@@ -105,7 +99,7 @@ async def main() -> None:
                 await asyncio.to_thread(replicas[victim].kill)
 
                 async def taken_over(victim: str = victim) -> bool:
-                    holders = await _holders(kcp)
+                    holders = await shard_holders(kcp)
                     return victim not in holders and None not in holders
 
                 await _until(taken_over, interval=0.05, what="the shards taken over")

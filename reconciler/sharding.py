@@ -44,10 +44,10 @@ ROLE_LABEL = "reconciler.kyma-project.io/lease"
 GROUP_LABEL = "reconciler.kyma-project.io/group"
 SINGLETON_SHARD = 0
 _AFTER_EXPIRY = 0.05
+"""A round meant for a lease's expiry comes this long after it, so that the lease is seen free."""
 _RENEWALS_AT_ONCE = 16
 """Shard renewals sent together: a replica may hold up to 256, and KCP's priority and fairness or the client's
 connection pool would queue the rest past their time bound."""
-"""A round meant for a lease's expiry comes this long after it, so that the lease is seen free."""
 T = TypeVar("T")
 
 
