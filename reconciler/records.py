@@ -9,7 +9,9 @@ that changed, and a pass over one runtime reads and writes only that runtime's s
 different runtimes run at once: every write is conditional on the version read, and a conflict
 is merged three ways (``merged``). Records are read from the
 apiserver at the start of every reconcile, never from a cache: a record missed because a cache
-was behind would be an object never released.
+was behind would be an object never released. Each shard also says which generation of the
+SyncResource the pass that saved it acted on: a pass over one runtime takes its SyncResource
+from the informer's cache only when the cache holds that generation (``reconciler.sync_resources``).
 
 Each SyncRecord carries a finalizer of ours: deleting the namespace (or a foreground cascade from
 the SyncResource) cannot take the records away while the SyncResource still releases what they
@@ -110,6 +112,9 @@ class Loaded:
     """Shard -> the SyncRecord object as read."""
     legacy: bool
     """Some records are still in ``status.applied`` (moved on the next successful save and status write)."""
+    acted_on: int | None = None
+    """The SyncResource generation the last save of these shards acted on: the lowest when they differ, None when
+    there is no shard or one does not say (written before shards said)."""
 
 
 class RecordStore:
@@ -132,6 +137,7 @@ class RecordStore:
             found = await kube.get_or_none(self._kcp, crds.SYNC_RECORD.object_path(metadata["namespace"], name))
             listing = [found] if found is not None else []
         shards: dict[int, dict[str, Any]] = {}
+        acted_on: list[int | None] = []
         records: list[model.AppliedRef] = []
         states: States = {}
         errors: dict[str, str] = {}
@@ -146,6 +152,7 @@ class RecordStore:
                 log.warning("ignoring a SyncRecord", extra={"record": name, "error": str(exc)[:300]})
                 continue
             shards[shard] = obj
+            acted_on.append(Content.of(obj).generation)
             records.extend(entries)
             try:  # states only inform the status: unreadable ones are written again by the next pass, never cost records
                 states.update(_load_states(obj["spec"]["states"]))
@@ -155,7 +162,9 @@ class RecordStore:
         # Records an earlier version kept in status.applied count until the status write that drops them.
         earlier = model.applied_refs(resource.get("status"))
         merged = [*records, *(r for r in earlier if r not in records)]
-        return Loaded(merged, states, errors, shards, legacy=bool(earlier))
+        generations = [g for g in acted_on if g is not None]
+        lowest = min(generations) if acted_on and len(generations) == len(acted_on) else None
+        return Loaded(merged, states, errors, shards, legacy=bool(earlier), acted_on=lowest)
 
     async def save(
         self,
@@ -186,11 +195,13 @@ class RecordStore:
             errors_by_shard.setdefault(shard_of(runtime), {})[runtime] = message[:_STORED_MESSAGE]
         failures: list[str] = []
         stored = 0
+        generation = resource["metadata"].get("generation")
         for shard in sorted(set(wanted) | set(states_by_shard) | set(errors_by_shard) | set(loaded.shards)):
             ours = Content(
                 _dump(wanted.get(shard, [])),
                 _dump_states(states_by_shard.get(shard, {})),
                 errors_by_shard.get(shard, {}),
+                generation if isinstance(generation, int) else None,
             )
             try:
                 stored += await self._settle(resource, shard, loaded.shards.get(shard), ours, visited)
@@ -232,6 +243,7 @@ class RecordStore:
         if size > MAX_SHARD_BYTES:
             raise RecordsError(f"{size} bytes in one shard (limit {MAX_SHARD_BYTES}): too many items x runtimes")
         seen: dict[str, Any] = {"states": content.states, "errors": content.errors}
+        acted_on = {} if content.generation is None else {"generation": content.generation}
         if size + len(json.dumps(seen)) > MAX_SHARD_BYTES:
             log.warning("item states left out of a full shard", extra={"shard": shard, "bytes": size})
             seen = {}  # records first: a shard without states only makes the next pass cover every runtime
@@ -254,7 +266,13 @@ class RecordStore:
                 ],
                 **({"resourceVersion": version} if version is not None else {}),
             },
-            "spec": {"syncResource": metadata["name"], "shard": shard, "applied": content.applied, **seen},
+            "spec": {
+                "syncResource": metadata["name"],
+                "shard": shard,
+                **acted_on,
+                "applied": content.applied,
+                **seen,
+            },
         }
         collection = crds.SYNC_RECORD.path(metadata["namespace"])
         if version is None:
@@ -286,23 +304,33 @@ class Content:
     applied: list[dict[str, Any]]
     states: dict[str, list[list[str]]]
     errors: dict[str, str]
+    generation: int | None = None
+    """The SyncResource generation the pass that wrote it acted on (a pass on a new generation writes it again)."""
 
     @classmethod
     def of(cls, record: dict[str, Any] | None) -> "Content":
         spec = (record or {}).get("spec") or {}
-        return cls(spec.get("applied") or [], spec.get("states") or {}, spec.get("errors") or {})
+        generation = spec.get("generation")
+        return cls(
+            spec.get("applied") or [],
+            spec.get("states") or {},
+            spec.get("errors") or {},
+            generation if isinstance(generation, int) and not isinstance(generation, bool) else None,
+        )
 
     @classmethod
     def none(cls) -> "Content":
         return cls([], {}, {})
 
     def empty(self) -> bool:
+        """Nothing worth a shard (the generation alone is not: without a shard a pass reads the SyncResource live)."""
         return not (self.applied or self.states or self.errors)
 
 
 def merged(base: Content, ours: Content, theirs: Content, visited: Set[str]) -> Content:
     """Our pass's content over another's that was written since we read ``base``: ours for the runtimes we
-    visited, with any records the other added there meanwhile; theirs for every other runtime."""
+    visited, with any records the other added there meanwhile; theirs for every other runtime. The later of the
+    two generations acted on: a cache that holds the earlier one is behind."""
     before = {_entry_key(entry) for entry in base.applied}
     kept = [e for e in theirs.applied if e.get("runtime") not in visited or _entry_key(e) not in before]
     applied = {_entry_key(e): e for e in [*kept, *(e for e in ours.applied if e.get("runtime") in visited)]}
@@ -310,6 +338,7 @@ def merged(base: Content, ours: Content, theirs: Content, visited: Set[str]) -> 
         sorted(applied.values(), key=lambda e: (e.get("runtime", ""), e.get("item", ""), e.get("name", ""))),
         dict(sorted({**_others(theirs.states, visited), **_visited(ours.states, visited)}.items())),
         {**_others(theirs.errors, visited), **_visited(ours.errors, visited)},
+        max((g for g in (ours.generation, theirs.generation) if g is not None), default=None),
     )
 
 

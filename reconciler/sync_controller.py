@@ -59,7 +59,12 @@ class SyncResourceController(controller.Controller[Key]):
             for namespace in config.secret_namespaces
         }
         self.reconciler = sync_resources.SyncResourceReconciler(
-            shared, config, bindings=self.bindings, secrets=self.secrets, retry=self.queue.retry
+            shared,
+            config,
+            resources=self.resources,
+            bindings=self.bindings,
+            secrets=self.secrets,
+            retry=self.queue.retry,
         )
         # Where each SyncResource put what, from its SyncRecords (routing only: the reconciler reads them live).
         self.records = self.own(informer.Informer(shared.kcp, crds.SYNC_RECORD, namespace=config.namespace))

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import pydantic
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from clients import informer, kube, objects
 from contract import wire
@@ -173,6 +173,30 @@ def _synced(resource: dict[str, Any]) -> Any:
     return (resource.get("status") or {}).get("syncedGeneration")
 
 
+def _marks_missing(resource: dict[str, Any]) -> dict[str, Any]:
+    """The metadata changes that give the SyncResource our finalizer and, for one runtime, the kyma-name label."""
+    metadata = resource["metadata"]
+    changes: dict[str, Any] = {}
+    if FINALIZER not in (metadata.get("finalizers") or []):
+        changes["finalizers"] = [*(metadata.get("finalizers") or []), FINALIZER]
+    kyma = (resource.get("spec") or {}).get("kyma")
+    wanted = kyma if isinstance(kyma, str) else None  # a group SyncResource carries no kyma-name label
+    if (metadata.get("labels") or {}).get(wire.KYMA_NAME_LABEL) != wanted:
+        changes["labels"] = {wire.KYMA_NAME_LABEL: wanted}
+    return changes
+
+
+def _settled(resource: dict[str, Any]) -> bool:
+    """Whether a pass over one runtime can go ahead on this copy without writing the SyncResource first: not being
+    deleted, marked, its generation applied everywhere, no records left in its status."""
+    return (
+        not resource["metadata"].get("deletionTimestamp")
+        and not _marks_missing(resource)
+        and _synced(resource) == resource["metadata"].get("generation")
+        and not model.applied_refs(resource.get("status"))
+    )
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -190,6 +214,7 @@ class SyncResourceReconciler:
         shared: Shared,
         config: settings.SyncResourcesSettings,
         *,
+        resources: informer.Informer,
         bindings: informer.Informer,
         secrets: Mapping[str, informer.Informer] | None = None,
         retry: Callable[[Iterable[Key]], None],
@@ -201,11 +226,19 @@ class SyncResourceReconciler:
         self._kcp = shared.kcp
         self._config = config
         self._fan_out_seconds = config.reconcile_timeout_seconds * _FAN_OUT_SHARE
+        self._resources = resources
         self._bindings = bindings
         self._restricted = [kinds.GroupKind.parse(entry) for entry in config.restricted_kinds]
         self._orphans = OrphanCount(shared.registry)
         self._runtime_errors = shared.queue_metrics.runtime_errors.labels
         self._records = records.RecordStore(shared.kcp)
+        self._reads = Counter(
+            "kyma_reconciler_sync_resource_reads_total",
+            "SyncResources read for a pass: from the informer's cache (passes over one runtime whose records say the"
+            " cache is current) or from the apiserver",
+            ["source"],
+            registry=shared.registry,
+        )
         self._passes: dict[Key, _Passes] = {}
         self._finished: set[Key] = set()
         """SyncResources found gone: their pass gate is dropped once no pass runs."""
@@ -232,7 +265,7 @@ class SyncResourceReconciler:
                 self._passes.pop(key.whole, None)
 
     async def _reconcile(self, key: Key) -> workqueue.Result:
-        resource = await kube.get_or_none(self._kcp, crds.SYNC_RESOURCE.object_path(key.namespace, key.name))
+        resource, shard = await self._read(key)
         if resource is None:
             self._orphans.count(key.whole, 0)
             self._finished.add(key.whole)
@@ -268,8 +301,34 @@ class SyncResourceReconciler:
             await self._sum_up(resource, spec, placements, loaded.states, loaded.errors, synced=_synced(resource))
             return workqueue.Result()
         if key.runtime is not None:
-            return await self._pass_over_one(owner, resource, spec, policy, key.runtime)
+            shard = shard or await self._records.load(resource, runtime=key.runtime)
+            return await self._pass_over_one(owner, resource, spec, policy, key.runtime, shard)
         return await self._pass_over_all(owner, resource, spec, policy)
+
+    async def _read(self, key: Key) -> tuple[dict[str, Any] | None, records.Loaded | None]:
+        """The SyncResource, and for a pass over one runtime the shard it read on the way (None: not read yet).
+
+        Passes over one runtime are most passes (each drift event is one), and they do not write the SyncResource:
+        such a pass takes it from the informer's cache when the runtime's shard, read live, says its last save
+        acted on the generation the cache holds, so the cache is not behind any pass that acted. The cache may
+        still be behind a change no pass has acted on yet; acting on it is what the pass would have done had it
+        run a moment earlier, and the change's own pass over every runtime follows. Anything else (no shard, a
+        shard from a later generation, a deletion, marks or a sync still missing in the cache) reads it live,
+        as the other passes always do.
+        """
+        if key.runtime is not None and not key.status_only:
+            cached = self._resources.get(key.name, key.namespace)
+            if cached is not None and _settled(cached):
+                shard = await self._records.load(cached, runtime=key.runtime)
+                if shard.acted_on == cached["metadata"].get("generation"):
+                    self._reads.labels("cache").inc()
+                    return cached, shard
+                log.debug(
+                    "SyncResource cache behind its records: read live",
+                    extra={"key": str(key), "cached": cached["metadata"].get("generation"), "acted": shard.acted_on},
+                )
+        self._reads.labels("apiserver").inc()
+        return await kube.get_or_none(self._kcp, crds.SYNC_RESOURCE.object_path(key.namespace, key.name)), None
 
     def _placements(
         self, spec: model.Spec, policy: tenancy.Policy, recorded: set[str], *, only: str | None = None
@@ -290,11 +349,16 @@ class SyncResourceReconciler:
         return sync_plan.place(spec, kymas=kymas, recorded=recorded, policy=policy)
 
     async def _pass_over_one(
-        self, owner: Owner, resource: dict[str, Any], spec: model.Spec, policy: tenancy.Policy, runtime: str
+        self,
+        owner: Owner,
+        resource: dict[str, Any],
+        spec: model.Spec,
+        policy: tenancy.Policy,
+        runtime: str,
+        loaded: records.Loaded,
     ) -> workqueue.Result:
-        """One runtime reconciled, reading and writing only its SyncRecord shard; the status is summed up by a
-        ``status_only`` pass that the changed SyncRecord triggers."""
-        loaded = await self._records.load(resource, runtime=runtime)
+        """One runtime reconciled, reading (``loaded``) and writing only its SyncRecord shard; the status is summed
+        up by a ``status_only`` pass that the changed SyncRecord triggers."""
         placements = self._placements(spec, policy, {a.runtime for a in loaded.records}, only=runtime)
         outcome_of = await self._visit(owner, spec, policy, placements, loaded.records)
         self._count_failures(resource, outcome_of)
@@ -990,14 +1054,7 @@ class SyncResourceReconciler:
 
     async def _mark(self, key: Key, resource: dict[str, Any]) -> dict[str, Any]:
         """Our finalizer, and for a single-runtime SyncResource the kyma-name label; the object after."""
-        metadata = resource["metadata"]
-        changes: dict[str, Any] = {}
-        if FINALIZER not in (metadata.get("finalizers") or []):
-            changes["finalizers"] = [*(metadata.get("finalizers") or []), FINALIZER]
-        kyma = (resource.get("spec") or {}).get("kyma")
-        wanted = kyma if isinstance(kyma, str) else None  # a group SyncResource carries no kyma-name label
-        if (metadata.get("labels") or {}).get(wire.KYMA_NAME_LABEL) != wanted:
-            changes["labels"] = {wire.KYMA_NAME_LABEL: wanted}
+        changes = _marks_missing(resource)
         return await self._patch_metadata(key, resource, changes) if changes else resource
 
     async def _patch_metadata(self, key: Key, resource: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:

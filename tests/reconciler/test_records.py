@@ -126,3 +126,30 @@ async def test_passes_saving_over_the_same_read_keep_each_others_records(kcp: Kc
     final = await store.load(resource)
     assert _dumped(final.records) == _dumped([_record(first, "a"), _record(second, "b")])
     assert sorted(final.states) == [first, second] and final.errors == {first: "slow"}
+
+
+@pytest.mark.integration
+async def test_a_shard_says_the_latest_generation_a_pass_saving_it_acted_on(kcp: Kcp) -> None:
+    """Each save writes the generation its pass acted on, even when records and states are unchanged (a pass on a
+    new generation over a runtime that kept its records); a save merged with a concurrent one keeps the later
+    generation, so a cache holding the earlier one is known to be behind. No shard says nothing."""
+    first, second = _same_shard(2)
+    await kcp.create("gen", {"kyma": first, "items": [kcp.configmap("c", {"k": "v"})]})
+    resource = await kcp.get("gen")
+    assert resource is not None
+    store = records.RecordStore(kcp.api)
+    await eventually(
+        lambda: _loads(store, resource), what="SyncRecords served (a CRD installed moments ago answers 429)"
+    )
+    assert (await store.load(resource, runtime=first)).acted_on is None
+    at = {n: {**resource, "metadata": {**resource["metadata"], "generation": n}} for n in (1, 2)}
+    await store.save(at[1], await store.load(resource), [_record(first, "a")], visited={first})
+    assert (await store.load(resource, runtime=first)).acted_on == 1
+    read_at_1 = await store.load(resource, runtime=first)
+    await store.save(at[2], read_at_1, [_record(first, "a")], visited={first})
+    assert (await store.load(resource, runtime=second)).acted_on == 2
+    # a pass on generation 1 that read before the save above, saving its own runtime's record after it
+    await store.save(at[1], read_at_1, [_record(first, "a"), _record(second, "b")], visited={second})
+    after = await store.load(resource, runtime=second)
+    assert after.acted_on == 2
+    assert _dumped(after.records) == _dumped([_record(first, "a"), _record(second, "b")])

@@ -676,3 +676,97 @@ async def test_a_role_binding_cannot_borrow_a_role_it_does_not_own(
     assert "does not define" in states["binding"][1]
     bindings = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{kcp.runtime_namespace}/rolebindings/borrow"
     assert await kube.get_or_none(kcp.skrs["skr-1"], bindings) is None
+
+
+def _reads(registry: CollectorRegistry, source: str) -> float:
+    return registry.get_sample_value("kyma_reconciler_sync_resource_reads_total", {"source": source}) or 0
+
+
+async def _synced_at(kcp: Kcp, name: str, generation: int) -> bool:
+    status = (await kcp.get(name) or {}).get("status") or {}
+    return status.get("syncedGeneration") == generation and status.get("state") == "Ready"
+
+
+async def test_a_pass_over_one_runtime_never_acts_on_a_cached_generation_its_records_are_past(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A pass over one runtime (a drift event's) takes its SyncResource from the informer's cache when the runtime's
+    SyncRecord shard says the cache holds the generation last acted on. When the cache is behind that (a watch that
+    lags while a resync read the new generation live and acted on it), the pass reads it live: acting on the older
+    generation would recreate the object of a removed item and delete the one that replaced it."""
+    async with run_controller() as running:
+        [sync] = [c for c in running.controllers if c.name == "sync_resources"]
+        await kcp.create("behind", {"kyma": "skr-1", "items": [kcp.configmap("cm-old", {"k": "v"})]})
+        await eventually(lambda: _synced_at(kcp, "behind", 1), what="generation 1 synced")
+        first = await kcp.get("behind")
+        assert first is not None
+        await eventually(lambda: _cached_synced(sync, kcp, "behind") == 1, what="the cache at generation 1, synced")
+        from_cache = _reads(running.shared.registry, "cache")
+        drift = sync_controller.Key(kcp.namespace, "behind", "skr-1")
+        await _pass_on(sync, drift, cached=None)
+        assert _reads(running.shared.registry, "cache") == from_cache + 1
+
+        await kcp.patch_spec("behind", {"items": [kcp.configmap("cm-new", {"k": "v"})]})
+        await eventually(lambda: _synced_at(kcp, "behind", 2), what="generation 2 synced")
+        assert await kcp.configmap_in("skr-1", "cm-old") is None
+        # The cache falls back to generation 1 (a lagging watch) while the records say generation 2 was acted on.
+        await _pass_on(sync, drift, cached=first)
+        assert await kcp.configmap_in("skr-1", "cm-old") is None
+        assert await kcp.configmap_in("skr-1", "cm-new") is not None
+        assert [a["name"] for a in await kcp.applied("behind")] == ["cm-new"]
+        assert _reads(running.shared.registry, "cache") == from_cache + 1
+
+
+async def test_a_pass_over_one_runtime_never_acts_on_a_cached_copy_of_a_sync_resource_being_deleted(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """The SyncResource is being deleted and its objects are released; a cache that has not seen the deletion yet
+    finds no shard for the runtime any more, so the pass reads it live and puts nothing back."""
+    async with run_controller() as running:
+        [sync] = [c for c in running.controllers if c.name == "sync_resources"]
+        await kcp.create("leaving", {"kyma": "skr-1", "items": [kcp.configmap("cm-leaving", {"k": "v"})]})
+        await eventually(lambda: _synced_at(kcp, "leaving", 1), what="generation 1 synced")
+        before = await kcp.get("leaving")
+        assert before is not None
+        await kube.merge_patch(
+            kcp.api,
+            kcp.path("leaving"),
+            {"metadata": {"finalizers": [*before["metadata"]["finalizers"], "test/hold"]}},
+        )
+        before = await kcp.get("leaving")
+        assert before is not None
+        await kube.request(kcp.api, "DELETE", kcp.path("leaving"))
+        await eventually(lambda: _only_held(kcp, "leaving"), what="released, our finalizer gone")
+        assert await kcp.configmap_in("skr-1", "cm-leaving") is None
+        from_cache = _reads(running.shared.registry, "cache")
+        await _pass_on(sync, sync_controller.Key(kcp.namespace, "leaving", "skr-1"), cached=before)
+        assert await kcp.configmap_in("skr-1", "cm-leaving") is None
+        assert await kcp.applied("leaving") == []
+        assert _reads(running.shared.registry, "cache") == from_cache
+        await kube.merge_patch(kcp.api, kcp.path("leaving"), {"metadata": {"finalizers": None}})
+
+
+async def _pass_on(
+    sync: sync_controller.SyncResourceController, key: sync_controller.Key, *, cached: dict[str, Any] | None
+) -> None:
+    """A pass over one runtime run now, the informer's cache holding ``cached`` (None: as it is) when it starts; tried
+    again while another pass of the SyncResource runs (it would be turned away). The pass reads the cache before its
+    first await, so nothing updates the cache first."""
+
+    async def ran() -> bool:
+        if cached is not None:
+            await sync.resources.changed("MODIFIED", cached)
+        result = await sync.reconciler.reconcile(key)
+        assert result.ok, result.error
+        return result.requeue_after is None
+
+    await eventually(ran, what=f"a pass over {key}")
+
+
+def _cached_synced(sync: sync_controller.SyncResourceController, kcp: Kcp, name: str) -> Any:
+    return ((sync.resources.get(name, kcp.namespace) or {}).get("status") or {}).get("syncedGeneration")
+
+
+async def _only_held(kcp: Kcp, name: str) -> bool:
+    resource = await kcp.get(name) or {"metadata": {}}
+    return resource["metadata"].get("finalizers") == ["test/hold"] and await kcp.applied(name) == []
