@@ -64,9 +64,15 @@ class Manager:
         shared.kymas.subscribe(RuntimeInfo(shared.registry).changed)
         shared.kymas.subscribe(self._kyma_changed)
         shared.kubeconfigs.subscribe(self._kubeconfig_changed)
+        self._shards: sharding.Shards | None = None
 
     def readiness(self) -> str | None:
-        """None when every controller's caches have synced and NATS lets us use every durable; else why not."""
+        """None when this replica can do its part and, sharded, nothing keeps it from holding shards; else why not."""
+        return self._able() or (self._shards.problem() if self._shards is not None else None)
+
+    def _able(self) -> str | None:
+        """None when every controller's caches have synced and NATS lets us use every durable; else why not (what
+        makes a replica a member)."""
         waiting = sorted({name for c in self.controllers for name in c.unsynced()})
         if waiting:
             return f"caches not synced yet: {', '.join(waiting)}"
@@ -101,7 +107,7 @@ class Manager:
                     group.create_task(each.run(stop=stop, grace=config.shutdown_grace_seconds))
                 if config.sharding.enabled:
                     assert config.sharding.identity is not None
-                    shards = sharding.Shards(
+                    self._shards = sharding.Shards(
                         self.shared.kcp,
                         config.sharding,
                         identity=config.sharding.identity,
@@ -109,9 +115,9 @@ class Manager:
                         registry=self.shared.registry,
                         acquired=self._acquired,
                         releasing=self._releasing,
-                        ready=self.readiness,
+                        ready=self._able,
                     )
-                    group.create_task(shards.run(stop=stop))
+                    group.create_task(self._shards.run(stop=stop))
                 if config.nats.servers:
                     for module in sorted({m for c in self.controllers for m in c.modules}):
                         group.create_task(

@@ -151,6 +151,12 @@ class Shards:
         self._ready = ready
         self._ready_now = False
         """``ready()`` as last seen on the controllers' loop (it reads that loop's state, so it is called there)."""
+        self._keeper: _LeaseKeeper | None = None
+
+    def problem(self) -> str | None:
+        """Why this replica cannot hold shards although ready, for ``/readyz``; None when nothing stands in its way.
+        Not a part of ``ready``: a replica must keep trying its member Lease to find the problem gone."""
+        return None if self._keeper is None else self._keeper.problem()
 
     async def run(self, *, stop: asyncio.Event) -> None:
         """Until ``stop`` (or cancelled); then every shard is handed over (renewed until its reconciles ended)."""
@@ -216,6 +222,7 @@ class Shards:
                 releasing=releasing,
                 ready=lambda: self._ready_now,
             )
+            self._keeper = keeper
             await keeper.run(stop=leaving)
 
 
@@ -267,6 +274,15 @@ class _LeaseKeeper:
         self._next_free_at: float | None = None
         """When (``time.monotonic``, the observer's clock) the first lease of another's, or of an earlier process,
         falls free as the last round saw it, unless renewed meanwhile: the next round comes then if sooner."""
+
+    def problem(self) -> str | None:
+        """Why no Lease can be created, as the last attempt found (read from the controllers' thread: one flag)."""
+        if any(lease.namespace_missing for lease in (self._member, *self._shard_leases)):
+            return (
+                f"no Lease can be created in namespace {self._config.namespace} (sharding.namespace):"
+                " it does not exist, or the apiserver serves no Leases there"
+            )
+        return None
 
     def _lease(self, name: str, labels: dict[str, str]) -> leases.Lease:
         return leases.Lease(

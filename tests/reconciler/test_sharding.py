@@ -593,3 +593,28 @@ async def test_a_lease_is_looked_at_again_when_it_falls_free_not_a_renew_interva
     await keeper._tick()
     assert 3 in ownership.held
     assert keeper._pause() == config.renew_interval_seconds, "nothing of anyone else's left to wait for"
+
+
+@pytest.mark.integration
+async def test_a_replica_whose_lease_namespace_does_not_exist_is_not_ready_and_says_why(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A replica started with a sharding namespace that does not exist held nothing and reported ready (found
+    writing bench/takeover.py): /readyz now names the namespace. It keeps trying its member Lease meanwhile, so
+    once the namespace is created it holds the shards and is ready, without a restart."""
+    missing = f"leases-{uuid.uuid4().hex[:6]}"
+    config = {
+        "enabled": True,
+        "identity": "alone",
+        "shards": SHARDS,
+        "namespace": missing,
+        "lease_prefix": f"p{uuid.uuid4().hex[:6]}",
+        "lease_duration_seconds": 3,
+        "renew_interval_seconds": 0.5,
+    }
+    async with run_controller(sharding=config) as running:
+        await eventually(lambda: f"namespace {missing}" in (running.readiness() or ""), what="the namespace named")
+        assert running.shared.ownership.held == set()
+        await kube.ensure_namespace(kcp.api, missing)
+        await eventually(lambda: running.readiness() is None, what="ready once the namespace exists")
+        await eventually(lambda: len(running.shared.ownership.held) == SHARDS, what="every shard held")
