@@ -525,8 +525,10 @@ def sync_record_crd() -> dict[str, Any]:
                 minimum=0,
                 maximum=SYNC_RECORD_SHARDS - 1,
             ),
-            "generation": _described(
-                "The SyncResource generation the pass that saved this shard acted on.", type="integer", minimum=1
+            "syncResourceGeneration": _described(
+                "The SyncResource generation the last pass that wrote this shard acted on (or is acting on).",
+                type="integer",
+                minimum=1,
             ),
             "applied": _described(
                 "Objects that may exist because of the SyncResource: released once no item wants them.",

@@ -10,8 +10,10 @@ different runtimes run at once: every write is conditional on the version read, 
 is merged three ways (``merged``). Records are read from the
 apiserver at the start of every reconcile, never from a cache: a record missed because a cache
 was behind would be an object never released. Each shard also says which generation of the
-SyncResource the pass that saved it acted on: a pass over one runtime takes its SyncResource
-from the informer's cache only when the cache holds that generation (``reconciler.sync_resources``).
+SyncResource the last pass that wrote it acted on, written by a pass over every runtime before it
+acts on a new generation (``stamp``) and again with its records: a pass over one runtime takes
+its SyncResource from the informer's cache only when the cache holds that generation
+(``reconciler.sync_resources``).
 
 Each SyncRecord carries a finalizer of ours: deleting the namespace (or a foreground cascade from
 the SyncResource) cannot take the records away while the SyncResource still releases what they
@@ -41,6 +43,8 @@ SHARDS = crds.SYNC_RECORD_SHARDS
 MAX_SHARD_BYTES = 900_000
 """Below the apiserver's request limit (about 1.5 MB), with room for metadata."""
 FINALIZER = "sync.kyma-project.io/records"
+GENERATION_FIELD = "syncResourceGeneration"
+"""In a shard's spec: the SyncResource generation the last pass that wrote it acted on (or is acting on)."""
 
 
 class RecordsError(Exception):
@@ -152,7 +156,8 @@ class RecordStore:
                 log.warning("ignoring a SyncRecord", extra={"record": name, "error": str(exc)[:300]})
                 continue
             shards[shard] = obj
-            acted_on.append(Content.of(obj).generation)
+            # A shard being deleted belongs to a SyncResource that is gone (or going): it vouches for no cache.
+            acted_on.append(None if obj["metadata"].get("deletionTimestamp") else Content.of(obj).generation)
             records.extend(entries)
             try:  # states only inform the status: unreadable ones are written again by the next pass, never cost records
                 states.update(_load_states(obj["spec"]["states"]))
@@ -165,6 +170,26 @@ class RecordStore:
         generations = [g for g in acted_on if g is not None]
         lowest = min(generations) if acted_on and len(generations) == len(acted_on) else None
         return Loaded(merged, states, errors, shards, legacy=bool(earlier), acted_on=lowest)
+
+    async def stamp(self, resource: dict[str, Any], loaded: Loaded) -> Loaded:
+        """Every shard as loaded made to say the SyncResource generation about to be acted on, before any runtime
+        is visited: so a pass over one runtime whose cache holds an earlier generation reads the SyncResource live
+        even when this pass fails or is cut short before it saves. Later saves are conditional on the shards as
+        stamped (returned); RecordsError when one could not be (nothing has been done in a runtime yet)."""
+        generation = resource["metadata"].get("generation")
+        if not isinstance(generation, int):
+            return loaded
+        shards = dict(loaded.shards)
+        for shard, obj in loaded.shards.items():
+            if Content.of(obj).generation == generation:
+                continue
+            path = crds.SYNC_RECORD.object_path(obj["metadata"]["namespace"], obj["metadata"]["name"])
+            change = {"metadata": {"resourceVersion": _version(obj)}, "spec": {GENERATION_FIELD: generation}}
+            try:
+                shards[shard] = await kube.merge_patch(self._kcp, path, change)
+            except kube.KubeError as exc:
+                raise RecordsError(f"shard {shard} not stamped with generation {generation}: {exc}") from exc
+        return dataclasses.replace(loaded, shards=shards)
 
     async def save(
         self,
@@ -243,7 +268,7 @@ class RecordStore:
         if size > MAX_SHARD_BYTES:
             raise RecordsError(f"{size} bytes in one shard (limit {MAX_SHARD_BYTES}): too many items x runtimes")
         seen: dict[str, Any] = {"states": content.states, "errors": content.errors}
-        acted_on = {} if content.generation is None else {"generation": content.generation}
+        acted_on = {} if content.generation is None else {GENERATION_FIELD: content.generation}
         if size + len(json.dumps(seen)) > MAX_SHARD_BYTES:
             log.warning("item states left out of a full shard", extra={"shard": shard, "bytes": size})
             seen = {}  # records first: a shard without states only makes the next pass cover every runtime
@@ -310,7 +335,7 @@ class Content:
     @classmethod
     def of(cls, record: dict[str, Any] | None) -> "Content":
         spec = (record or {}).get("spec") or {}
-        generation = spec.get("generation")
+        generation = spec.get(GENERATION_FIELD)
         return cls(
             spec.get("applied") or [],
             spec.get("states") or {},

@@ -284,16 +284,21 @@ class SyncResourceReconciler:
             # A new generation (or records still in the status): the pass over every runtime comes first.
             return workqueue.Result(requeue_after=_WAIT_FOR_DELETION)
         resource = await self._mark(key.whole, resource)
+        # A pass over one runtime writes no status (its copy may be the cache's): the pass over every runtime that
+        # a new generation or a SyncBinding change brings does.
+        writes_status = key.runtime is None
         try:
             spec = model.Spec.model_validate(resource.get("spec") or {})
         except pydantic.ValidationError as exc:
             message = f"invalid spec: {_short(exc)}"
-            await self._write_status(resource, state=model.State.ERROR, message=message, items=[])
+            if writes_status:
+                await self._write_status(resource, state=model.State.ERROR, message=message, items=[])
             return workqueue.Result.refused(message)
         policy = tenancy.policy_for(key.namespace, self._binding_specs(), protected=self._config.protected_namespaces)
         if not policy.bindings:
             message = f"no SyncBinding covers namespace {key.namespace}: nothing is synced"
-            await self._write_status(resource, state=model.State.FORBIDDEN, message=message, items=[])
+            if writes_status:
+                await self._write_status(resource, state=model.State.FORBIDDEN, message=message, items=[])
             return workqueue.Result()
         if key.status_only:
             loaded = await self._records.load(resource)  # unreadable states count as none until a pass saves them
@@ -301,7 +306,8 @@ class SyncResourceReconciler:
             await self._sum_up(resource, spec, placements, loaded.states, loaded.errors, synced=_synced(resource))
             return workqueue.Result()
         if key.runtime is not None:
-            shard = shard or await self._records.load(resource, runtime=key.runtime)
+            if shard is None:
+                shard = await self._records.load(resource, runtime=key.runtime)
             return await self._pass_over_one(owner, resource, spec, policy, key.runtime, shard)
         return await self._pass_over_all(owner, resource, spec, policy)
 
@@ -309,12 +315,13 @@ class SyncResourceReconciler:
         """The SyncResource, and for a pass over one runtime the shard it read on the way (None: not read yet).
 
         Passes over one runtime are most passes (each drift event is one), and they do not write the SyncResource:
-        such a pass takes it from the informer's cache when the runtime's shard, read live, says its last save
-        acted on the generation the cache holds, so the cache is not behind any pass that acted. The cache may
-        still be behind a change no pass has acted on yet; acting on it is what the pass would have done had it
-        run a moment earlier, and the change's own pass over every runtime follows. Anything else (no shard, a
-        shard from a later generation, a deletion, marks or a sync still missing in the cache) reads it live,
-        as the other passes always do.
+        such a pass takes it from the informer's cache when the runtime's shard, read live, says the last pass
+        that wrote it acted on the generation the cache holds (a pass over every runtime stamps the shards before
+        it acts), so the cache is not behind any pass that acted. The cache may still be behind a change no pass
+        has acted on yet; acting on it is what the pass would have done had it run a moment earlier, and the
+        change's own pass over every runtime follows. Anything else (no shard, a shard from a later generation or
+        being deleted, a deletion, marks or a sync still missing in the cache) reads it live, as the other passes
+        always do.
         """
         if key.runtime is not None and not key.status_only:
             cached = self._resources.get(key.name, key.namespace)
@@ -322,7 +329,7 @@ class SyncResourceReconciler:
                 shard = await self._records.load(cached, runtime=key.runtime)
                 if shard.acted_on == cached["metadata"].get("generation"):
                     self._reads.labels("cache").inc()
-                    return cached, shard
+                    return copy.deepcopy(cached), shard  # the informer's own object: never to be changed
                 log.debug(
                     "SyncResource cache behind its records: read live",
                     extra={"key": str(key), "cached": cached["metadata"].get("generation"), "acted": shard.acted_on},
@@ -404,7 +411,7 @@ class SyncResourceReconciler:
     async def _pass_over_all(
         self, owner: Owner, resource: dict[str, Any], spec: model.Spec, policy: tenancy.Policy
     ) -> workqueue.Result:
-        loaded = await self._records.load(resource)
+        loaded = await self._records.stamp(resource, await self._records.load(resource))
         generation = resource["metadata"].get("generation")
         if _synced(resource) != generation or loaded.legacy:
             resource = await self._write_status(
@@ -1021,6 +1028,7 @@ class SyncResourceReconciler:
         return "Deleted"
 
     async def _finalize(self, owner: Owner, resource: dict[str, Any], loaded: records.Loaded) -> workqueue.Result:
+        loaded = await self._records.stamp(resource, loaded)  # a deletion is a generation of its own
         applied = loaded.records
         outcome_of = await self._fan_out(
             owner,

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from clients import kube
 from contract import events, wire
-from reconciler import cli, crds, settings, sync_controller
+from reconciler import cli, crds, records, settings, sync_controller
 
 from ..factories import configmap_event
 from ..waiting import eventually, more_reconciles, reconciles
@@ -470,8 +470,9 @@ async def test_not_ready_and_not_reconciling_until_every_cache_listed(
 
 
 @contextlib.asynccontextmanager
-async def hanging_admission(api: kube.ApiClient, *, label: str) -> AsyncIterator[None]:
-    """Writes of objects labelled ``label`` hang in the runtime's apiserver: its webhook never answers."""
+async def hanging_admission(api: kube.ApiClient, *, label: str) -> AsyncIterator[list[asyncio.StreamWriter]]:
+    """Writes of objects labelled ``label`` hang in the runtime's apiserver: its webhook never answers. Yields the
+    webhook's connections held so far."""
     held: list[asyncio.StreamWriter] = []
 
     async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -509,7 +510,7 @@ async def hanging_admission(api: kube.ApiClient, *, label: str) -> AsyncIterator
         },
     )
     try:
-        yield
+        yield held
     finally:
         await kube.request(api, "DELETE", path)
         for writer in held:
@@ -748,12 +749,45 @@ async def test_a_pass_over_one_runtime_never_acts_on_a_cached_copy_of_a_sync_res
         await kube.merge_patch(kcp.api, kcp.path("leaving"), {"metadata": {"finalizers": None}})
 
 
+async def test_a_pass_over_every_runtime_stamps_the_records_before_it_acts(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A pass on a new generation makes the SyncRecord shards say so before it visits any runtime: while it is held
+    inside a runtime (a webhook that never answers) — and had it failed there, or been cut short before saving —
+    a pass over one runtime whose cache still holds the earlier generation reads the SyncResource live."""
+    label = uuid.uuid4().hex[:8]
+    hanging = kcp.configmap("cm-hangs", {"k": "v"})
+    hanging["resource"]["metadata"]["labels"] = {"hang": label}
+    sections = {"sync_resources": {"runtime_timeout_seconds": 30, "reconcile_timeout_seconds": 60}}
+    async with hanging_admission(kcp.skrs["skr-1"], label=label) as held, run_controller(**sections):
+        await kcp.create("stamped", {"kyma": "skr-1", "items": [kcp.configmap("cm-stays", {"k": "v"})]})
+        await eventually(lambda: _synced_at(kcp, "stamped", 1), what="generation 1 synced")
+        assert await _stamps(kcp, "stamped") == [1]
+        await kcp.patch_spec("stamped", {"items": [kcp.configmap("cm-stays", {"k": "v"}), hanging]})
+        await eventually(lambda: bool(held), what="the pass on generation 2 held in skr-1")
+        assert await _stamps(kcp, "stamped") == [2]
+
+
+async def _stamps(kcp: Kcp, name: str) -> list[Any]:
+    """The SyncResource generation each of its SyncRecord shards says was last acted on."""
+    resource = await kcp.get(name)
+    assert resource is not None
+    shards, _ = await kube.list_objects(
+        kcp.api,
+        crds.SYNC_RECORD,
+        namespace=kcp.namespace,
+        label_selector=f"{wire.RECORDS_OF_LABEL}={resource['metadata']['uid']}",
+    )
+    return [shard["spec"].get(records.GENERATION_FIELD) for shard in shards]
+
+
 async def _pass_on(
     sync: sync_controller.SyncResourceController, key: sync_controller.Key, *, cached: dict[str, Any] | None
 ) -> None:
     """A pass over one runtime run now, the informer's cache holding ``cached`` (None: as it is) when it starts; tried
     again while another pass of the SyncResource runs (it would be turned away). The pass reads the cache before its
-    first await, so nothing updates the cache first."""
+    first await, so nothing updates the cache first. The copy stays cached until the informer hears of the object
+    again, and the controller, seeing another generation in its cache, queues a pass over every runtime."""
 
     async def ran() -> bool:
         if cached is not None:
