@@ -276,8 +276,10 @@ class _LeaseKeeper:
         falls free as the last round saw it, unless renewed meanwhile: the next round comes then if sooner."""
 
     def problem(self) -> str | None:
-        """Why no Lease can be created, as the last attempt found (read from the controllers' thread: one flag)."""
-        if any(lease.namespace_missing for lease in (self._member, *self._shard_leases)):
+        """Why no Lease can be created, as the last attempt found (read from the controllers' thread: one flag).
+        The member Lease's, since it is tried every round while the replica is able: a shard Lease is tried again
+        only while this replica should hold it, so its flag could outlive the problem."""
+        if self._member.namespace_missing:
             return (
                 f"no Lease can be created in namespace {self._config.namespace} (sharding.namespace):"
                 " it does not exist, or the apiserver serves no Leases there"

@@ -596,25 +596,39 @@ async def test_a_lease_is_looked_at_again_when_it_falls_free_not_a_renew_interva
 
 
 @pytest.mark.integration
-async def test_a_replica_whose_lease_namespace_does_not_exist_is_not_ready_and_says_why(
+async def test_replicas_whose_lease_namespace_does_not_exist_are_not_ready_and_say_why(
     kcp: Kcp, run_controller: Callable[..., Any]
 ) -> None:
-    """A replica started with a sharding namespace that does not exist held nothing and reported ready (found
-    writing bench/takeover.py): /readyz now names the namespace. It keeps trying its member Lease meanwhile, so
-    once the namespace is created it holds the shards and is ready, without a restart."""
+    """Replicas started with a sharding namespace that does not exist held nothing and reported ready (found
+    writing bench/takeover.py): /readyz now names the namespace. They keep trying their member Leases meanwhile, so
+    once the namespace is created they share the shards and are ready, without a restart — each having tried every
+    shard Lease while it saw itself alone, including those the other holds now."""
     missing = f"leases-{uuid.uuid4().hex[:6]}"
-    config = {
-        "enabled": True,
-        "identity": "alone",
-        "shards": SHARDS,
-        "namespace": missing,
-        "lease_prefix": f"p{uuid.uuid4().hex[:6]}",
-        "lease_duration_seconds": 3,
-        "renew_interval_seconds": 0.5,
-    }
-    async with run_controller(sharding=config) as running:
-        await eventually(lambda: f"namespace {missing}" in (running.readiness() or ""), what="the namespace named")
-        assert running.shared.ownership.held == set()
+    prefix = f"p{uuid.uuid4().hex[:6]}"
+
+    def config(identity: str) -> dict[str, Any]:
+        return {
+            "enabled": True,
+            "identity": identity,
+            "shards": SHARDS,
+            "namespace": missing,
+            "lease_prefix": prefix,
+            "lease_duration_seconds": 3,
+            "renew_interval_seconds": 0.5,
+        }
+
+    async with run_controller(sharding=config("a")) as a, run_controller(sharding=config("b")) as b:
+        await eventually(
+            lambda: all(f"namespace {missing}" in (r.readiness() or "") for r in (a, b)), what="the namespace named"
+        )
         await kube.ensure_namespace(kcp.api, missing)
-        await eventually(lambda: running.readiness() is None, what="ready once the namespace exists")
-        await eventually(lambda: len(running.shared.ownership.held) == SHARDS, what="every shard held")
+        await eventually(lambda: a.readiness() is None and b.readiness() is None, what="ready once it exists")
+        await eventually(
+            lambda: (
+                len(a.shared.ownership.held | b.shared.ownership.held) == SHARDS
+                and not a.shared.ownership.held & b.shared.ownership.held
+                and bool(a.shared.ownership.held)
+                and bool(b.shared.ownership.held)
+            ),
+            what="the shards shared",
+        )
