@@ -7,7 +7,9 @@ Outcomes by answer:
   checkpointed, so the next relist (a restart after the fix) sends it again.
 - 401/403, 429, 503, other 5xx, timeouts, connection errors: retried with backoff until
   delivered (429/503 honour Retry-After). A certificate being renewed turns a 403 into a 202.
-- Connection errors and 5xx also switch to the other configured endpoint.
+- Connection errors and 5xx also switch to the other configured endpoint. A kept-alive
+  connection closed by the listener as a request went out on it is not one: the request is sent
+  again at once.
 """
 
 import asyncio
@@ -142,18 +144,30 @@ class Delivery:
 
     async def _post(self, url: str, payload: bytes, headers: dict[str, str]) -> tuple[int, str, str] | None:
         """(status, reason, Retry-After) of one POST; None when the listener could not be reached (then the
-        other endpoint is tried next)."""
+        other endpoint is tried next).
+
+        A kept-alive connection the listener (or an ingress) closes as a request goes out on it ends in
+        ServerDisconnectedError: their idle times differ, or the close and the request crossed. That is no sign of
+        an unreachable listener, so the request is sent once more at once, on another connection, before it
+        counts as a failure (an event sent twice is published once: its id is the JetStream message id)."""
         try:
-            session = await self._current_session()
-            async with session.post(url, data=payload, headers=headers) as response:
-                return response.status, (await response.text())[:500], response.headers.get("Retry-After", "")
+            try:
+                return await self._send(url, payload, headers)
+            except aiohttp.ServerDisconnectedError:
+                log.debug("listener closed the connection before answering: sent again", extra={"url": url})
+                return await self._send(url, payload, headers)
         except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
             log.warning("listener unreachable", extra={"url": url, "error": repr(exc)})
             self._fail_over()
             return None
 
+    async def _send(self, url: str, payload: bytes, headers: dict[str, str]) -> tuple[int, str, str]:
+        session = await self._current_session()
+        async with session.post(url, data=payload, headers=headers) as response:
+            return response.status, (await response.text())[:500], response.headers.get("Retry-After", "")
+
     async def heartbeat(self, heartbeat: events.Heartbeat) -> bool:
-        """One heartbeat, not retried (the next one follows); True if the listener took it."""
+        """One heartbeat, not retried after a failure (the next one follows); True if the listener took it."""
         url = self._heartbeat_endpoints[self._active]
         answer = await self._post(url, heartbeat.model_dump_json().encode(), {"Content-Type": "application/json"})
         if answer is None:

@@ -58,8 +58,20 @@ class RecordingListener:
     rejected: list[events.ChangeEvent] = dataclasses.field(default_factory=list)
     heartbeat_peers: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     """The client address of each heartbeat: one port is one connection."""
+    closes_reused: bool = False
+    """An event arriving on a connection that carried one before is not answered: the connection is closed, as
+    when a listener's idle timeout and the watcher's next request cross."""
+    closed_reused: int = 0
+    event_peers: set[tuple[str, int]] = dataclasses.field(default_factory=set)
 
     async def handle(self, request: web.Request) -> web.Response:
+        assert request.transport is not None
+        peer = request.transport.get_extra_info("peername")[:2]
+        if self.closes_reused and peer in self.event_peers:
+            self.closed_reused += 1
+            request.transport.close()
+            return web.Response(status=503)  # never reaches the closed connection
+        self.event_peers.add(peer)
         if not self.available:
             self.refused_while_down += 1
             return web.json_response({"error": "down"}, status=503, headers={"Retry-After": "1"})

@@ -1,7 +1,9 @@
 """The watcher's client TLS context follows certificate renewals on disk; its connection to the listener is kept
-for as long as it is configured to be."""
+for as long as it is configured to be, and one the listener closes under a request is no failure."""
 
+import asyncio
 import datetime
+import logging
 import os
 import time
 from pathlib import Path
@@ -13,6 +15,7 @@ from contract import events, ids
 from pki import pki
 from watcher import config, delivery, metrics
 
+from ..factories import configmap_event
 from .conftest import Runtime
 
 
@@ -59,3 +62,29 @@ async def test_the_listener_connection_is_kept_for_keepalive_seconds(
     finally:
         await sender.close()
     assert len(set(runtime.listener.heartbeat_peers)) == connections, runtime.listener.heartbeat_peers
+
+
+@pytest.mark.integration
+async def test_a_kept_alive_connection_the_listener_closes_under_an_event_is_not_a_failure(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The listener closes a kept-alive connection just as the next event goes out on it (its idle time ran out,
+    or an ingress recycled it): the event is sent again at once on a new connection. Not a retry after backoff,
+    not a warning, not a fail-over to the other listener; without this every such close cost a backoff pause."""
+    runtime.listener.closes_reused = True
+    settings = runtime.config()
+    settings["listeners"].append({"url": "https://127.0.0.1:9"})  # the other listener: never to be tried here
+    registry = CollectorRegistry()
+    sender = delivery.Delivery(config.WatcherConfig.model_validate(settings), metrics.WatcherMetrics(registry))
+    stop = asyncio.Event()
+    first, second = configmap_event("kyma-sync"), configmap_event("kyma-sync")
+    try:
+        for event in (first, second):
+            outcome = await sender.deliver(event, events.encode(event), stop=stop, superseded=lambda: False)
+            assert outcome == delivery.Outcome.DELIVERED
+    finally:
+        await sender.close()
+    assert runtime.listener.closed_reused == 1, "the second event went out on the first one's connection"
+    assert [e.id for e in runtime.listener.received] == [first.id, second.id]
+    assert registry.get_sample_value("kyma_watcher_delivery_retries_total") == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "watcher.delivery"]
