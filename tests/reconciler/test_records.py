@@ -81,6 +81,18 @@ def _ready(runtime: str, name: str) -> list[model.ItemStatus]:
     return [model.ItemStatus(name=name, runtime=runtime, state=model.State.READY)]
 
 
+async def _created(kcp: Kcp, name: str, runtime: str) -> tuple[dict[str, Any], records.RecordStore]:
+    """A SyncResource for ``runtime`` (no controller runs), and a record store once SyncRecords are served."""
+    await kcp.create(name, {"kyma": runtime, "items": [kcp.configmap("c", {"k": "v"})]})
+    resource = await kcp.get(name)
+    assert resource is not None
+    store = records.RecordStore(kcp.api)
+    await eventually(
+        lambda: _loads(store, resource), what="SyncRecords served (a CRD installed moments ago answers 429)"
+    )
+    return resource, store
+
+
 async def _loads(store: records.RecordStore, resource: dict[str, Any]) -> bool:
     try:
         await store.load(resource)
@@ -100,13 +112,7 @@ async def test_passes_saving_over_the_same_read_keep_each_others_records(kcp: Kc
     keeps what the earlier one recorded — a lost record is an object never released — and what it released
     itself stays released; states and errors of runtimes a pass did not visit are the other pass's."""
     first, second, third = _same_shard(3)
-    await kcp.create("sr", {"kyma": first, "items": [kcp.configmap("c", {"k": "v"})]})
-    resource = await kcp.get("sr")
-    assert resource is not None
-    store = records.RecordStore(kcp.api)
-    await eventually(
-        lambda: _loads(store, resource), what="SyncRecords served (a CRD installed moments ago answers 429)"
-    )
+    resource, store = await _created(kcp, "sr", first)
     empty = await store.load(resource)
     await store.save(resource, empty, [_record(third, "old")], {third: _ready(third, "old")}, visited={third})
     loaded = await store.load(resource)
@@ -134,13 +140,7 @@ async def test_a_shard_says_the_latest_generation_a_pass_saving_it_acted_on(kcp:
     new generation over a runtime that kept its records); a save merged with a concurrent one keeps the later
     generation, so a cache holding the earlier one is known to be behind. No shard says nothing."""
     first, second = _same_shard(2)
-    await kcp.create("gen", {"kyma": first, "items": [kcp.configmap("c", {"k": "v"})]})
-    resource = await kcp.get("gen")
-    assert resource is not None
-    store = records.RecordStore(kcp.api)
-    await eventually(
-        lambda: _loads(store, resource), what="SyncRecords served (a CRD installed moments ago answers 429)"
-    )
+    resource, store = await _created(kcp, "gen", first)
     assert (await store.load(resource, runtime=first)).acted_on is None
     at = {n: {**resource, "metadata": {**resource["metadata"], "generation": n}} for n in (1, 2)}
     await store.save(at[1], await store.load(resource), [_record(first, "a")], visited={first})

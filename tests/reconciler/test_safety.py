@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from clients import kube
 from contract import events, wire
-from reconciler import cli, crds, records, settings, sync_controller
+from reconciler import cli, crds, manager, records, settings, sync_controller
 
 from ..factories import configmap_event
 from ..waiting import eventually, more_reconciles, reconciles
@@ -696,11 +696,7 @@ async def test_a_pass_over_one_runtime_never_acts_on_a_cached_generation_its_rec
     lags while a resync read the new generation live and acted on it), the pass reads it live: acting on the older
     generation would recreate the object of a removed item and delete the one that replaced it."""
     async with run_controller() as running:
-        [sync] = [c for c in running.controllers if c.name == "sync_resources"]
-        await kcp.create("behind", {"kyma": "skr-1", "items": [kcp.configmap("cm-old", {"k": "v"})]})
-        await eventually(lambda: _synced_at(kcp, "behind", 1), what="generation 1 synced")
-        first = await kcp.get("behind")
-        assert first is not None
+        sync, first = await _synced_for_skr_1(kcp, running, "behind", "cm-old")
         await eventually(lambda: _cached_synced(sync, kcp, "behind") == 1, what="the cache at generation 1, synced")
         from_cache = _reads(running.shared.registry, "cache")
         drift = sync_controller.Key(kcp.namespace, "behind", "skr-1")
@@ -724,18 +720,12 @@ async def test_a_pass_over_one_runtime_never_acts_on_a_cached_copy_of_a_sync_res
     """The SyncResource is being deleted and its objects are released; a cache that has not seen the deletion yet
     finds no shard for the runtime any more, so the pass reads it live and puts nothing back."""
     async with run_controller() as running:
-        [sync] = [c for c in running.controllers if c.name == "sync_resources"]
-        await kcp.create("leaving", {"kyma": "skr-1", "items": [kcp.configmap("cm-leaving", {"k": "v"})]})
-        await eventually(lambda: _synced_at(kcp, "leaving", 1), what="generation 1 synced")
-        before = await kcp.get("leaving")
-        assert before is not None
-        await kube.merge_patch(
+        sync, synced = await _synced_for_skr_1(kcp, running, "leaving", "cm-leaving")
+        before = await kube.merge_patch(
             kcp.api,
             kcp.path("leaving"),
-            {"metadata": {"finalizers": [*before["metadata"]["finalizers"], "test/hold"]}},
+            {"metadata": {"finalizers": [*synced["metadata"]["finalizers"], "test/hold"]}},
         )
-        before = await kcp.get("leaving")
-        assert before is not None
         await kube.request(kcp.api, "DELETE", kcp.path("leaving"))
         # The deletion is a generation of its own: shards a releasing pass saves (a group's) are past the cached one.
         assert ((await kcp.get("leaving")) or {"metadata": {}})["metadata"].get("generation") == 2
@@ -779,6 +769,18 @@ async def _stamps(kcp: Kcp, name: str) -> list[Any]:
         label_selector=f"{wire.RECORDS_OF_LABEL}={resource['metadata']['uid']}",
     )
     return [shard["spec"].get(records.GENERATION_FIELD) for shard in shards]
+
+
+async def _synced_for_skr_1(
+    kcp: Kcp, running: manager.Manager, name: str, configmap: str
+) -> tuple[sync_controller.SyncResourceController, dict[str, Any]]:
+    """A SyncResource putting ``configmap`` into skr-1, synced at generation 1; the controller, the object then."""
+    [sync] = [c for c in running.controllers if isinstance(c, sync_controller.SyncResourceController)]
+    await kcp.create(name, {"kyma": "skr-1", "items": [kcp.configmap(configmap, {"k": "v"})]})
+    await eventually(lambda: _synced_at(kcp, name, 1), what="generation 1 synced")
+    resource = await kcp.get(name)
+    assert resource is not None
+    return sync, resource
 
 
 async def _pass_on(
