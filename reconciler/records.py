@@ -149,7 +149,11 @@ class RecordStore:
             shard = (obj.get("spec") or {}).get("shard")
             name = obj["metadata"]["name"]
             try:
-                if not isinstance(shard, int) or name != record_name(metadata["name"], metadata["uid"], shard):
+                if (
+                    not isinstance(shard, int)
+                    or name != record_name(metadata["name"], metadata["uid"], shard)
+                    or (obj["metadata"].get("labels") or {}).get(wire.RECORDS_OF_LABEL) != metadata["uid"]
+                ):  # read by name, a shard is checked for the label a listing selects by
                     raise ValueError(f"not a shard of SyncResource {metadata['name']}")
                 entries = applied_of(obj)
             except ValueError as exc:

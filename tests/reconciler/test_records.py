@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from clients import kube
-from reconciler import model, records, sync_plan
+from contract import wire
+from reconciler import crds, model, records, sync_plan
 
 from ..waiting import eventually
 from .conftest import Kcp
@@ -153,3 +154,26 @@ async def test_a_shard_says_the_latest_generation_a_pass_saving_it_acted_on(kcp:
     after = await store.load(resource, runtime=second)
     assert after.acted_on == 2
     assert _dumped(after.records) == _dumped([_record(first, "a"), _record(second, "b")])
+
+
+@pytest.mark.integration
+async def test_a_shard_being_deleted_or_not_labelled_as_its_sync_resources_vouches_for_nothing(kcp: Kcp) -> None:
+    """A shard read by name says no generation when it is being deleted (its SyncResource went without releasing)
+    or does not carry its SyncResource's label (hand-edited; a listing would not have found it): a pass over one
+    runtime then reads the SyncResource live."""
+    runtime, other = _same_shard(2)
+    resource, store = await _created(kcp, "vouch", runtime)
+    at_1 = {**resource, "metadata": {**resource["metadata"], "generation": 1}}
+    await store.save(at_1, await store.load(resource), [_record(runtime, "a")], visited={runtime})
+    loaded = await store.load(resource, runtime=runtime)
+    assert loaded.acted_on == 1
+    [shard] = loaded.shards.values()
+    path = crds.SYNC_RECORD.object_path(kcp.namespace, shard["metadata"]["name"])
+    await kube.merge_patch(kcp.api, path, {"metadata": {"labels": {wire.RECORDS_OF_LABEL: "someone-else"}}})
+    assert (await store.load(resource, runtime=other)).acted_on is None
+    await kube.merge_patch(
+        kcp.api, path, {"metadata": {"labels": {wire.RECORDS_OF_LABEL: resource["metadata"]["uid"]}}}
+    )
+    assert (await store.load(resource, runtime=other)).acted_on == 1
+    await kube.request(kcp.api, "DELETE", path)  # held by the records finalizer: terminating
+    assert (await store.load(resource, runtime=other)).acted_on is None
