@@ -632,3 +632,36 @@ async def test_replicas_whose_lease_namespace_does_not_exist_are_not_ready_and_s
             ),
             what="the shards shared",
         )
+
+
+@pytest.mark.integration
+async def test_a_missing_lease_namespace_stops_being_reported_once_the_member_lease_is_written(kcp: Kcp) -> None:
+    """While the namespace is missing a replica that sees itself alone tries every shard Lease, and each fails as
+    its member Lease does. Once the namespace exists another replica may take those shards first; this one never
+    tries them again, yet its problem is over as soon as its member Lease is written."""
+    config = _sharding(kcp, lease=3, renew=0.5).model_copy(update={"namespace": f"leases-{uuid.uuid4().hex[:6]}"})
+
+    async def releasing(grace: float | None) -> None:
+        return None
+
+    def keeper(identity: str, ownership: sharding.Ownership) -> Any:
+        return sharding._LeaseKeeper(
+            kcp.api,
+            config,
+            identity=identity,
+            ownership=ownership,
+            metrics=sharding.ShardMetrics(CollectorRegistry()),
+            acquired=lambda gained: None,
+            releasing=releasing,
+            ready=lambda: True,
+        )
+
+    a_owns, b_owns = sharding.Ownership(SHARDS), sharding.Ownership(SHARDS)
+    a, b = keeper("a", a_owns), keeper("b", b_owns)
+    await a._tick()
+    assert config.namespace in (a.problem() or "")
+    await kube.ensure_namespace(kcp.api, config.namespace)
+    await b._tick()
+    assert b_owns.held == frozenset(range(SHARDS)), "alone, b takes every shard"
+    await a._tick()
+    assert a.problem() is None
