@@ -66,9 +66,9 @@ class DeliverySettings(_Section):
         default=15,
         gt=0,
         description="an idle connection to the listener is reused for this long (aiohttp's default, 15). Keep it "
-        "a few seconds below the listener's keepalive_seconds (30 by default), or a request may go out on a "
-        "connection the listener is closing: an event is sent again after the backoff (to the next listener "
-        "endpoint, if several), a heartbeat waits for the next. Above heartbeat_seconds on both sides, a runtime "
+        "a few seconds below the listener's keepalive_seconds (30 by default), or requests go out on "
+        "connections the listener is closing: each is sent again at once (kyma_watcher_delivery_resent counts "
+        "them), costing a request and a handshake. Above heartbeat_seconds on both sides, a runtime "
         "holds one connection: about 47 KiB of listener memory each, against a TLS handshake per heartbeat (at "
         "10,000 runtimes about 460 MiB against a third of a listener core)",
     )
@@ -81,9 +81,11 @@ class DeliverySettings(_Section):
 
     @model_validator(mode="after")
     def _retries_deduplicated(self) -> Self:
-        if self.request_timeout_seconds + self.backoff_max_seconds > wire.DEDUP_WINDOW_SECONDS:
+        # An event published whose answer was lost may be sent again at once (a closed connection), then after
+        # the backoff: both within the window, or it could be stored twice.
+        if 2 * self.request_timeout_seconds + self.backoff_max_seconds > wire.DEDUP_WINDOW_SECONDS:
             raise ValueError(
-                f"request_timeout_seconds + backoff_max_seconds must fit in JetStream's duplicate window "
+                f"2 x request_timeout_seconds + backoff_max_seconds must fit in JetStream's duplicate window "
                 f"({wire.DEDUP_WINDOW_SECONDS:g}s), or a retried event could be stored twice"
             )
         return self

@@ -9,7 +9,7 @@ Outcomes by answer:
   delivered (429/503 honour Retry-After). A certificate being renewed turns a 403 into a 202.
 - Connection errors and 5xx also switch to the other configured endpoint. A kept-alive
   connection closed by the listener as a request went out on it is not one: the request is sent
-  again at once.
+  again at once (``kyma_watcher_delivery_resent``).
 """
 
 import asyncio
@@ -147,14 +147,18 @@ class Delivery:
         other endpoint is tried next).
 
         A kept-alive connection the listener (or an ingress) closes as a request goes out on it ends in
-        ServerDisconnectedError: their idle times differ, or the close and the request crossed. That is no sign of
-        an unreachable listener, so the request is sent once more at once, on another connection, before it
-        counts as a failure (an event sent twice is published once: its id is the JetStream message id)."""
+        ServerDisconnectedError, or a reset: their idle times differ, or the close and the request crossed. That is
+        no sign of an unreachable listener, so the request is sent once more at once, on another connection,
+        before it counts as a failure (an event sent twice is published once: its id is the JetStream message id).
+        A connection that could not be opened is not sent again: nothing went out."""
         try:
             try:
                 return await self._send(url, payload, headers)
-            except aiohttp.ServerDisconnectedError:
-                log.debug("listener closed the connection before answering: sent again", extra={"url": url})
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if isinstance(exc, aiohttp.ClientConnectorError):
+                    raise
+                self._metrics.resent.inc()
+                log.debug("listener closed the connection under a request: sent again", extra={"url": url})
                 return await self._send(url, payload, headers)
         except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
             log.warning("listener unreachable", extra={"url": url, "error": repr(exc)})

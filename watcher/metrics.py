@@ -15,6 +15,12 @@ class WatcherMetrics:
             "kyma_watcher_events_rejected", "Events the listener refused as invalid", ["status"], registry=registry
         )
         self.retries = Counter("kyma_watcher_delivery_retries", "Delivery attempts retried", registry=registry)
+        self.resent = Counter(
+            "kyma_watcher_delivery_resent",
+            "Requests sent again at once because the listener closed their kept-alive connection under them (often:"
+            " delivery.keepalive_seconds not below the listener's)",
+            registry=registry,
+        )
         self.oversize = Counter(
             "kyma_watcher_events_reference_only", "Objects too large, sent as references", registry=registry
         )

@@ -5,11 +5,13 @@ import asyncio
 import contextlib
 import dataclasses
 import shutil
+import socket
 import ssl
+import struct
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import yaml
@@ -58,9 +60,9 @@ class RecordingListener:
     rejected: list[events.ChangeEvent] = dataclasses.field(default_factory=list)
     heartbeat_peers: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     """The client address of each heartbeat: one port is one connection."""
-    closes_reused: bool = False
-    """An event arriving on a connection that carried one before is not answered: the connection is closed, as
-    when a listener's idle timeout and the watcher's next request cross."""
+    closes_reused: Literal["", "close", "reset"] = ""
+    """An event arriving on a connection that carried one before is not answered: the connection is closed (or
+    reset), as when a listener's idle timeout and the watcher's next request cross."""
     closed_reused: int = 0
     event_peers: set[tuple[str, int]] = dataclasses.field(default_factory=set)
 
@@ -69,6 +71,9 @@ class RecordingListener:
         peer = request.transport.get_extra_info("peername")[:2]
         if self.closes_reused and peer in self.event_peers:
             self.closed_reused += 1
+            if self.closes_reused == "reset":  # an RST instead of a FIN
+                linger = struct.pack("ii", 1, 0)
+                request.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
             request.transport.close()
             return web.Response(status=503)  # never reaches the closed connection
         self.event_peers.add(peer)

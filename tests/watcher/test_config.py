@@ -35,6 +35,12 @@ def test_valid_config_loads_with_defaults(tmp_path: Path) -> None:
         pytest.param({"watches": [VALID["watches"][0]] * 2}, "same resource", id="duplicate-watch"),
         pytest.param({"lease": {"duration_seconds": 2, "renew_interval_seconds": 3}}, "shorter", id="renew-too-slow"),
         pytest.param({"surprise": 1}, "surprise", id="unknown-key"),
+        # published, its answer lost: sent again at once on a new connection, then after the longest backoff
+        pytest.param(
+            {"delivery": {"request_timeout_seconds": 50, "backoff_max_seconds": 30}},
+            "duplicate window",
+            id="retries-outlive-the-duplicate-window",
+        ),
     ],
 )
 def test_invalid_config_says_what_is_wrong(change: dict[str, Any], complaint: str) -> None:

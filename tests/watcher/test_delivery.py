@@ -7,6 +7,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -65,13 +66,14 @@ async def test_the_listener_connection_is_kept_for_keepalive_seconds(
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("closing", ["close", "reset"])
 async def test_a_kept_alive_connection_the_listener_closes_under_an_event_is_not_a_failure(
-    runtime: Runtime, caplog: pytest.LogCaptureFixture
+    runtime: Runtime, caplog: pytest.LogCaptureFixture, closing: Literal["close", "reset"]
 ) -> None:
     """The listener closes a kept-alive connection just as the next event goes out on it (its idle time ran out,
     or an ingress recycled it): the event is sent again at once on a new connection. Not a retry after backoff,
     not a warning, not a fail-over to the other listener; without this every such close cost a backoff pause."""
-    runtime.listener.closes_reused = True
+    runtime.listener.closes_reused = closing
     settings = runtime.config()
     settings["listeners"].append({"url": "https://127.0.0.1:9"})  # the other listener: never to be tried here
     registry = CollectorRegistry()
@@ -87,4 +89,5 @@ async def test_a_kept_alive_connection_the_listener_closes_under_an_event_is_not
     assert runtime.listener.closed_reused == 1, "the second event went out on the first one's connection"
     assert [e.id for e in runtime.listener.received] == [first.id, second.id]
     assert registry.get_sample_value("kyma_watcher_delivery_retries_total") == 0
+    assert registry.get_sample_value("kyma_watcher_delivery_resent_total") == 1
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "watcher.delivery"]
