@@ -470,9 +470,11 @@ async def test_not_ready_and_not_reconciling_until_every_cache_listed(
 
 
 @contextlib.asynccontextmanager
-async def hanging_admission(api: kube.ApiClient, *, label: str) -> AsyncIterator[list[asyncio.StreamWriter]]:
-    """Writes of objects labelled ``label`` hang in the runtime's apiserver: its webhook never answers. Yields the
-    webhook's connections held so far."""
+async def hanging_admission(
+    api: kube.ApiClient, *, label: str, operation: str = "CREATE"
+) -> AsyncIterator[list[asyncio.StreamWriter]]:
+    """``operation`` on ConfigMaps labelled ``label`` hangs in the runtime's apiserver: its webhook never answers.
+    Yields the webhook's connections held so far."""
     held: list[asyncio.StreamWriter] = []
 
     async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -496,7 +498,7 @@ async def hanging_admission(api: kube.ApiClient, *, label: str) -> AsyncIterator
                         {
                             "apiGroups": [""],
                             "apiVersions": ["v1"],
-                            "operations": ["CREATE"],
+                            "operations": [operation],
                             "resources": ["configmaps"],
                         }
                     ],
@@ -748,7 +750,10 @@ async def test_a_pass_over_every_runtime_stamps_the_records_before_it_acts(
     label = uuid.uuid4().hex[:8]
     hanging = kcp.configmap("cm-hangs", {"k": "v"})
     hanging["resource"]["metadata"]["labels"] = {"hang": label}
-    sections = {"sync_resources": {"runtime_timeout_seconds": 30, "reconcile_timeout_seconds": 60}}
+    sections = {  # the held pass is cancelled a second into the shutdown
+        "sync_resources": {"runtime_timeout_seconds": 30, "reconcile_timeout_seconds": 60},
+        "shutdown_grace_seconds": 1,
+    }
     async with hanging_admission(kcp.skrs["skr-1"], label=label) as held, run_controller(**sections):
         await kcp.create("stamped", {"kyma": "skr-1", "items": [kcp.configmap("cm-stays", {"k": "v"})]})
         await eventually(lambda: _synced_at(kcp, "stamped", 1), what="generation 1 synced")
@@ -756,6 +761,29 @@ async def test_a_pass_over_every_runtime_stamps_the_records_before_it_acts(
         await kcp.patch_spec("stamped", {"items": [kcp.configmap("cm-stays", {"k": "v"}), hanging]})
         await eventually(lambda: bool(held), what="the pass on generation 2 held in skr-1")
         assert await _stamps(kcp, "stamped") == [2]
+
+
+async def test_a_deletion_stamps_the_records_before_it_releases_anything(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """Deleting a SyncResource is a generation of its own, and its releasing pass stamps the shards with it before
+    it visits a runtime: while it is held deleting an object (a webhook that never answers), a pass over one
+    runtime whose cache has not seen the deletion reads the SyncResource live."""
+    label = uuid.uuid4().hex[:8]
+    item = kcp.configmap("cm-held", {"k": "v"})
+    item["resource"]["metadata"]["labels"] = {"hang": label}
+    sections = {  # the held pass is cancelled a second into the shutdown
+        "sync_resources": {"runtime_timeout_seconds": 30, "reconcile_timeout_seconds": 60},
+        "shutdown_grace_seconds": 1,
+    }
+    hanging = hanging_admission(kcp.skrs["skr-1"], label=label, operation="DELETE")
+    async with hanging as held, run_controller(**sections):
+        await kcp.create("deleted", {"kyma": "skr-1", "items": [item]})
+        await eventually(lambda: _synced_at(kcp, "deleted", 1), what="generation 1 synced")
+        assert await _stamps(kcp, "deleted") == [1]
+        await kube.request(kcp.api, "DELETE", kcp.path("deleted"))
+        await eventually(lambda: bool(held), what="the releasing pass held in skr-1")
+        assert await _stamps(kcp, "deleted") == [2]
 
 
 async def _stamps(kcp: Kcp, name: str) -> list[Any]:
