@@ -117,8 +117,8 @@ class Loaded:
     legacy: bool
     """Some records are still in ``status.applied`` (moved on the next successful save and status write)."""
     acted_on: int | None = None
-    """The SyncResource generation the last save of these shards acted on: the lowest when they differ, None when
-    there is no shard or one does not say (written before shards said)."""
+    """The SyncResource generation the last pass that wrote these shards acted on: the lowest when they differ, None
+    when there is no shard, or one does not say (written before shards said) or is being deleted."""
 
 
 class RecordStore:

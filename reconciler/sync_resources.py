@@ -233,7 +233,7 @@ class SyncResourceReconciler:
         self._runtime_errors = shared.queue_metrics.runtime_errors.labels
         self._records = records.RecordStore(shared.kcp)
         self._reads = Counter(
-            "kyma_reconciler_sync_resource_reads_total",
+            "kyma_reconciler_sync_resource_reads",
             "SyncResources read for a pass: from the informer's cache (passes over one runtime whose records say the"
             " cache is current) or from the apiserver",
             ["source"],
