@@ -741,6 +741,18 @@ async def test_a_pass_over_one_runtime_never_acts_on_a_cached_copy_of_a_sync_res
         await kube.merge_patch(kcp.api, kcp.path("leaving"), {"metadata": {"finalizers": None}})
 
 
+_HELD_PASS: dict[str, Any] = {
+    "sync_resources": {"runtime_timeout_seconds": 30, "reconcile_timeout_seconds": 60},
+    "shutdown_grace_seconds": 1,  # a pass held in a runtime is cancelled a second into the shutdown
+}
+"""Controller settings for a test that holds a pass inside a runtime while it looks at KCP."""
+
+
+def _labelled(item: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
+    item["resource"]["metadata"]["labels"] = labels
+    return item
+
+
 async def test_a_pass_over_every_runtime_stamps_the_records_before_it_acts(
     kcp: Kcp, run_controller: Callable[..., Any]
 ) -> None:
@@ -748,13 +760,8 @@ async def test_a_pass_over_every_runtime_stamps_the_records_before_it_acts(
     inside a runtime (a webhook that never answers) — and had it failed there, or been cut short before saving —
     a pass over one runtime whose cache still holds the earlier generation reads the SyncResource live."""
     label = uuid.uuid4().hex[:8]
-    hanging = kcp.configmap("cm-hangs", {"k": "v"})
-    hanging["resource"]["metadata"]["labels"] = {"hang": label}
-    sections = {  # the held pass is cancelled a second into the shutdown
-        "sync_resources": {"runtime_timeout_seconds": 30, "reconcile_timeout_seconds": 60},
-        "shutdown_grace_seconds": 1,
-    }
-    async with hanging_admission(kcp.skrs["skr-1"], label=label) as held, run_controller(**sections):
+    hanging = _labelled(kcp.configmap("cm-hangs", {"k": "v"}), {"hang": label})
+    async with hanging_admission(kcp.skrs["skr-1"], label=label) as held, run_controller(**_HELD_PASS):
         await kcp.create("stamped", {"kyma": "skr-1", "items": [kcp.configmap("cm-stays", {"k": "v"})]})
         await eventually(lambda: _synced_at(kcp, "stamped", 1), what="generation 1 synced")
         assert await _stamps(kcp, "stamped") == [1]
@@ -770,14 +777,9 @@ async def test_a_deletion_stamps_the_records_before_it_releases_anything(
     it visits a runtime: while it is held deleting an object (a webhook that never answers), a pass over one
     runtime whose cache has not seen the deletion reads the SyncResource live."""
     label = uuid.uuid4().hex[:8]
-    item = kcp.configmap("cm-held", {"k": "v"})
-    item["resource"]["metadata"]["labels"] = {"hang": label}
-    sections = {  # the held pass is cancelled a second into the shutdown
-        "sync_resources": {"runtime_timeout_seconds": 30, "reconcile_timeout_seconds": 60},
-        "shutdown_grace_seconds": 1,
-    }
+    item = _labelled(kcp.configmap("cm-held", {"k": "v"}), {"hang": label})
     hanging = hanging_admission(kcp.skrs["skr-1"], label=label, operation="DELETE")
-    async with hanging as held, run_controller(**sections):
+    async with hanging as held, run_controller(**_HELD_PASS):
         await kcp.create("deleted", {"kyma": "skr-1", "items": [item]})
         await eventually(lambda: _synced_at(kcp, "deleted", 1), what="generation 1 synced")
         assert await _stamps(kcp, "deleted") == [1]
