@@ -18,8 +18,9 @@ DEDUP_WINDOW_SECONDS = 120.0
 """The watcher's retry horizon and JetStream's duplicate window. When the listener published an
 event but the watcher never got the answer, the watcher sends it again within two request
 timeouts (one immediate resend on a closed connection) plus its longest backoff, which its
-configuration keeps inside this window, so such a retry is deduplicated. A repeat later than that (after a long outage, or a relist after a
-restart) is stored again; consumers are idempotent, so it costs a reconcile, not correctness."""
+configuration keeps inside this window, so such a retry is deduplicated. A repeat later than
+that (after a long outage, or a relist after a restart) is stored again; consumers are
+idempotent, so it costs a reconcile, not correctness."""
 DEAD_LETTER_STREAM_NAME = "KYMA_DEAD_LETTERS"
 """The JetStream stream keeping events no consumer could handle, for people to look at."""
 DEAD_LETTER_REASON_HEADER = "Kyma-Dead-Letter-Reason"

@@ -180,8 +180,8 @@ class RecordStore:
         is visited: so a pass over one runtime whose cache holds an earlier generation reads the SyncResource live
         even when this pass fails or is cut short before it saves. Later saves are conditional on the shards as
         stamped (returned); RecordsError when one could not be (nothing has been done in a runtime yet)."""
-        generation = resource["metadata"].get("generation")
-        if not isinstance(generation, int):
+        generation = _generation(resource["metadata"].get("generation"))
+        if generation is None:
             return loaded
         shards = dict(loaded.shards)
         for shard, obj in loaded.shards.items():
@@ -224,13 +224,13 @@ class RecordStore:
             errors_by_shard.setdefault(shard_of(runtime), {})[runtime] = message[:_STORED_MESSAGE]
         failures: list[str] = []
         stored = 0
-        generation = resource["metadata"].get("generation")
+        generation = _generation(resource["metadata"].get("generation"))
         for shard in sorted(set(wanted) | set(states_by_shard) | set(errors_by_shard) | set(loaded.shards)):
             ours = Content(
                 _dump(wanted.get(shard, [])),
                 _dump_states(states_by_shard.get(shard, {})),
                 errors_by_shard.get(shard, {}),
-                generation if isinstance(generation, int) else None,
+                generation,
             )
             try:
                 stored += await self._settle(resource, shard, loaded.shards.get(shard), ours, visited)
@@ -339,12 +339,11 @@ class Content:
     @classmethod
     def of(cls, record: dict[str, Any] | None) -> "Content":
         spec = (record or {}).get("spec") or {}
-        generation = spec.get(GENERATION_FIELD)
         return cls(
             spec.get("applied") or [],
             spec.get("states") or {},
             spec.get("errors") or {},
-            generation if isinstance(generation, int) and not isinstance(generation, bool) else None,
+            _generation(spec.get(GENERATION_FIELD)),
         )
 
     @classmethod
@@ -384,6 +383,11 @@ def _visited(by_runtime: dict[str, V], visited: Set[str]) -> dict[str, V]:
 
 def _entry_key(entry: dict[str, Any]) -> str:
     return json.dumps(entry, sort_keys=True)
+
+
+def _generation(value: Any) -> int | None:
+    """A generation as stored (an integer), None for anything else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _version(record: dict[str, Any]) -> str:

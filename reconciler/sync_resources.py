@@ -186,14 +186,21 @@ def _marks_missing(resource: dict[str, Any]) -> dict[str, Any]:
     return changes
 
 
+def _applied_everywhere(resource: dict[str, Any]) -> bool:
+    """Whether the last pass over every runtime applied this generation and moved the records out of the status:
+    passes over one runtime wait for that."""
+    return _synced(resource) == resource["metadata"].get("generation") and not model.applied_refs(
+        resource.get("status")
+    )
+
+
 def _settled(resource: dict[str, Any]) -> bool:
     """Whether a pass over one runtime can go ahead on this copy without writing the SyncResource first: not being
-    deleted, marked, its generation applied everywhere, no records left in its status."""
+    deleted, marked, applied everywhere."""
     return (
         not resource["metadata"].get("deletionTimestamp")
         and not _marks_missing(resource)
-        and _synced(resource) == resource["metadata"].get("generation")
-        and not model.applied_refs(resource.get("status"))
+        and _applied_everywhere(resource)
     )
 
 
@@ -278,9 +285,7 @@ class SyncResourceReconciler:
             if key != key.whole:
                 return workqueue.Result()  # the pass over all runtimes releases everything
             return await self._finalize(owner, resource, await self._records.load(resource))
-        if key.runtime is not None and (
-            _synced(resource) != resource["metadata"].get("generation") or model.applied_refs(resource.get("status"))
-        ):
+        if key.runtime is not None and not _applied_everywhere(resource):
             # A new generation (or records still in the status): the pass over every runtime comes first.
             return workqueue.Result(requeue_after=_WAIT_FOR_DELETION)
         resource = await self._mark(key.whole, resource)

@@ -328,6 +328,27 @@ class FreezableProxy:
         await self._server.wait_closed()
 
 
+def _keeper(
+    api: kube.ApiClient, config: settings.ShardingSettings, identity: str, ownership: sharding.Ownership
+) -> Any:
+    """A replica's lease keeping alone, driven round by round (``_tick``) by the test: always ready, nothing to
+    hand over."""
+
+    async def releasing(grace: float | None) -> None:
+        return None
+
+    return sharding._LeaseKeeper(
+        api,
+        config,
+        identity=identity,
+        ownership=ownership,
+        metrics=sharding.ShardMetrics(CollectorRegistry()),
+        acquired=lambda gained: None,
+        releasing=releasing,
+        ready=lambda: True,
+    )
+
+
 @contextlib.asynccontextmanager
 async def _replica(
     api: kube.ApiClient,
@@ -571,20 +592,7 @@ async def test_a_lease_is_looked_at_again_when_it_falls_free_not_a_renew_interva
     )
     assert await ghost.take(None)
     ownership = sharding.Ownership(SHARDS)
-
-    async def releasing(grace: float | None) -> None:
-        return None
-
-    keeper = sharding._LeaseKeeper(
-        kcp.api,
-        config,
-        identity="a",
-        ownership=ownership,
-        metrics=sharding.ShardMetrics(CollectorRegistry()),
-        acquired=lambda gained: None,
-        releasing=releasing,
-        ready=lambda: True,
-    )
+    keeper = _keeper(kcp.api, config, "a", ownership)
     await keeper._tick()
     assert ownership.held == frozenset(range(SHARDS)) - {3}, "every shard but the one still held"
     pause = keeper._pause()
@@ -640,24 +648,8 @@ async def test_a_missing_lease_namespace_stops_being_reported_once_the_member_le
     its member Lease does. Once the namespace exists another replica may take those shards first; this one never
     tries them again, yet its problem is over as soon as its member Lease is written."""
     config = _sharding(kcp, lease=3, renew=0.5).model_copy(update={"namespace": f"leases-{uuid.uuid4().hex[:6]}"})
-
-    async def releasing(grace: float | None) -> None:
-        return None
-
-    def keeper(identity: str, ownership: sharding.Ownership) -> Any:
-        return sharding._LeaseKeeper(
-            kcp.api,
-            config,
-            identity=identity,
-            ownership=ownership,
-            metrics=sharding.ShardMetrics(CollectorRegistry()),
-            acquired=lambda gained: None,
-            releasing=releasing,
-            ready=lambda: True,
-        )
-
     a_owns, b_owns = sharding.Ownership(SHARDS), sharding.Ownership(SHARDS)
-    a, b = keeper("a", a_owns), keeper("b", b_owns)
+    a, b = _keeper(kcp.api, config, "a", a_owns), _keeper(kcp.api, config, "b", b_owns)
     await a._tick()
     assert config.namespace in (a.problem() or "")
     await kube.ensure_namespace(kcp.api, config.namespace)
