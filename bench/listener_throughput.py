@@ -19,6 +19,11 @@ one after 15 s, aiohttp's default; the listener after keepalive_seconds, 30): 10
 the clients send plain HTTP with nginx's header (the URL-encoded PEM of their certificate), from a
 trusted proxy address; the listener checks chain, revocation and identity as in mTLS mode (once per
 certificate, then cached). The TLS work moves to the ingress (not measured here).
+--floor: then the same clients and events against bench/listener_floor.py, twice: aiohttp with the
+listener's TLS settings answering every POST (the HTTP floor), and the same publishing each body to
+JetStream through nats-py with as many headers (the floor of any listener built on these libraries).
+What separates the listener from the second is the cost of its own work: identity, rate, validation,
+authorisation, CloudEvents headers, spans, metrics.
 
     python bench/listener_throughput.py --clients 64 --events 20000 --nats-bench ~/go/bin/nats
 """
@@ -170,7 +175,14 @@ async def main() -> None:
     parser.add_argument(
         "--fresh-connections", action="store_true", help="a new connection (TLS handshake) for every event"
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure listener_floor.py (aiohttp and nats-py doing none of the listener's work) with the same load",
+    )
     args = parser.parse_args()
+    if args.floor and (args.forwarded or args.listeners != 1):
+        parser.error("--floor compares one listener with mTLS at the listener")
 
     work = Path(tempfile.mkdtemp(prefix="kyma-bench-listener-"))
     server_ca, runtime_ca = pki.create_ca("bench-ingress"), pki.create_ca("bench-runtimes")
@@ -183,7 +195,19 @@ async def main() -> None:
         (work / name).write_bytes(data)
     bus = nats.NatsServer(workdir=work / "nats")
     bus.start()
-    bus.prepare()
+    try:
+        bus.prepare()
+        result = await _measure(args, work, bus, server_ca=server_ca, runtime_ca=runtime_ca)
+    finally:
+        bus.stop()
+    print(json.dumps(result, indent=2))
+    if args.profile:
+        pstats.Stats(str(args.profile)).sort_stats("tottime").print_stats(25)
+
+
+async def _measure(
+    args: argparse.Namespace, work: Path, bus: nats.NatsServer, *, server_ca: pki.KeyPair, runtime_ca: pki.KeyPair
+) -> dict[str, object]:
     port, managements = net.free_port(), [net.free_port() for _ in range(args.listeners)]
     config = {
         "host": "127.0.0.1",
@@ -226,76 +250,123 @@ async def main() -> None:
     try:
         for management in managements:
             await _wait_ready(f"http://127.0.0.1:{management}/readyz")
-        per_client = args.events // args.clients
-        clients: list[tuple[ssl.SSLContext | None, dict[str, str]]] = []
-        workloads = []
-        for c in range(args.clients):
-            runtime = f"bench-{c}"
-            pair = pki.runtime_client_cert(runtime_ca, runtime)
-            headers = {"Content-Type": "application/json"}
-            if args.forwarded:
-                clients.append((None, headers | {FORWARDED_HEADER: urllib.parse.quote(pair.cert_pem.decode())}))
-            else:
-                cert, key = work / f"{runtime}.crt", work / f"{runtime}.key"
-                cert.write_bytes(pair.cert_pem)
-                key.write_bytes(pair.key_pem)
-                context = ssl.create_default_context(cadata=server_ca.cert_pem.decode())
-                context.load_cert_chain(cert, key)
-                clients.append((context, headers))
-            workloads.append([_event(runtime, n) for n in range(per_client)])
-        latencies: list[float] = []
+        clients = [_client_of(args, work, server_ca, runtime_ca, c) for c in range(args.clients)]
+        workloads = [[_event(f"bench-{c}", n) for n in range(args.events // args.clients)] for c in range(args.clients)]
         url = f"{'http' if args.forwarded else 'https'}://127.0.0.1:{port}/v1/events"
-        cpu_before = sum(_cpu_seconds(listener.pid) for listener in listeners)
-        started = time.perf_counter()
-        accepted = sum(
-            await asyncio.gather(
-                *(
-                    _client(url, context, headers, work_, latencies, fresh_connections=args.fresh_connections)
-                    for (context, headers), work_ in zip(clients, workloads, strict=True)
-                )
-            )
-        )
-        elapsed = time.perf_counter() - started
-        listener_cpu = sum(_cpu_seconds(listener.pid) for listener in listeners) - cpu_before
-        quantiles = statistics.quantiles(latencies, n=100)
-        print(
-            json.dumps(
-                {
-                    "clients": args.clients,
-                    "listeners": args.listeners,
-                    "event_loop": args.event_loop,
-                    "client_certificate": "forwarded by an ingress" if args.forwarded else "mTLS at the listener",
-                    "connections": "one per event" if args.fresh_connections else "one per client, kept alive",
-                    "events_sent": per_client * args.clients,
-                    "events_accepted": accepted,
-                    "seconds": round(elapsed, 2),
-                    "accepted_events_per_second": round(accepted / elapsed),
-                    "latency_p50_ms": round(quantiles[49] * 1000, 2),
-                    "latency_p99_ms": round(quantiles[98] * 1000, 2),
-                    "listener_cpu_seconds": round(listener_cpu, 2),
-                    "accepted_events_per_listener_core_second": round(accepted / listener_cpu),
-                    **(
-                        {
-                            "nats_bench_js_pub_sync_msgs_per_second": reference["msgs_per_second"],
-                            "ratio_per_listener_core_to_nats_bench": round(
-                                accepted / listener_cpu / reference["msgs_per_second"], 3
-                            ),
-                        }
-                        if reference
-                        else {}
-                    ),
-                },
-                indent=2,
-            )
-        )
+        measured = await _drive(url, clients, workloads, [listener.pid for listener in listeners], args)
     finally:
         for listener in listeners:
             listener.terminate()
         for listener in listeners:
             listener.wait(timeout=15)
-        bus.stop()
-    if args.profile:
-        pstats.Stats(str(args.profile)).sort_stats("tottime").print_stats(25)
+    floors = {
+        f"floor_{name}": await _floor(work, bus, clients, workloads, args, publish=publish)
+        for name, publish in (("http", False), ("http_and_publish", True))
+        if args.floor
+    }
+    result: dict[str, object] = {
+        "clients": args.clients,
+        "listeners": args.listeners,
+        "event_loop": args.event_loop,
+        "client_certificate": "forwarded by an ingress" if args.forwarded else "mTLS at the listener",
+        "connections": "one per event" if args.fresh_connections else "one per client, kept alive",
+        "listener": measured,
+        **floors,
+    }
+    if reference:
+        result["nats_bench_js_pub_sync_msgs_per_second"] = reference["msgs_per_second"]
+        for name, figures in {"listener": measured, **floors}.items():
+            result[f"ratio_per_core_{name}_to_nats_bench"] = round(
+                figures["accepted_events_per_core_second"] / reference["msgs_per_second"], 3
+            )
+    return result
+
+
+Client = tuple[ssl.SSLContext | None, dict[str, str]]
+
+
+def _client_of(args: argparse.Namespace, work: Path, server_ca: pki.KeyPair, runtime_ca: pki.KeyPair, n: int) -> Client:
+    """Runtime ``bench-<n>``: its TLS context with its own certificate, or (--forwarded) nginx's header."""
+    runtime = f"bench-{n}"
+    pair = pki.runtime_client_cert(runtime_ca, runtime)
+    headers = {"Content-Type": "application/json"}
+    if args.forwarded:
+        return None, headers | {FORWARDED_HEADER: urllib.parse.quote(pair.cert_pem.decode())}
+    cert, key = work / f"{runtime}.crt", work / f"{runtime}.key"
+    cert.write_bytes(pair.cert_pem)
+    key.write_bytes(pair.key_pem)
+    context = ssl.create_default_context(cadata=server_ca.cert_pem.decode())
+    context.load_cert_chain(cert, key)
+    return context, headers
+
+
+async def _drive(
+    url: str, clients: list[Client], workloads: list[list[bytes]], pids: list[int], args: argparse.Namespace
+) -> dict[str, float]:
+    """Every client posts its events one after another; the figures, with the CPU the processes ``pids`` took."""
+    latencies: list[float] = []
+    cpu_before = sum(_cpu_seconds(pid) for pid in pids)
+    started = time.perf_counter()
+    accepted = sum(
+        await asyncio.gather(
+            *(
+                _client(url, context, headers, bodies, latencies, fresh_connections=args.fresh_connections)
+                for (context, headers), bodies in zip(clients, workloads, strict=True)
+            )
+        )
+    )
+    elapsed = time.perf_counter() - started
+    cpu = sum(_cpu_seconds(pid) for pid in pids) - cpu_before
+    quantiles = statistics.quantiles(latencies, n=100)
+    return {
+        "events_sent": sum(len(bodies) for bodies in workloads),
+        "events_accepted": accepted,
+        "seconds": round(elapsed, 2),
+        "accepted_events_per_second": round(accepted / elapsed),
+        "latency_p50_ms": round(quantiles[49] * 1000, 2),
+        "latency_p99_ms": round(quantiles[98] * 1000, 2),
+        "cpu_seconds": round(cpu, 2),
+        "accepted_events_per_core_second": round(accepted / cpu),
+    }
+
+
+async def _floor(
+    work: Path,
+    bus: nats.NatsServer,
+    clients: list[Client],
+    workloads: list[list[bytes]],
+    args: argparse.Namespace,
+    *,
+    publish: bool,
+) -> dict[str, float]:
+    """The same clients and events against ``listener_floor.py``: the libraries without the listener's work."""
+    port = net.free_port()
+    credentials = bus.credentials("listener")
+    assert credentials.nkey_seed_file is not None and credentials.ca_file is not None
+    command = [
+        sys.executable,
+        str(Path(__file__).with_name("listener_floor.py")),
+        "--port",
+        str(port),
+        "--cert",
+        str(work / "server.crt"),
+        "--key",
+        str(work / "server.key"),
+        "--client-ca",
+        str(work / "ca.crt"),
+    ]
+    if publish:
+        command += ["--publish", "--nats", bus.url, "--nkey", str(credentials.nkey_seed_file)]
+        command += ["--nats-ca", str(credentials.ca_file), "--inbox-prefix", credentials.inbox_prefix or "_INBOX"]
+    floor = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert floor.stdout is not None
+        if floor.stdout.readline().strip() != "ready":
+            raise SystemExit("the floor server did not start")
+        return await _drive(f"https://127.0.0.1:{port}/v1/events", clients, workloads, [floor.pid], args)
+    finally:
+        floor.terminate()
+        floor.wait(timeout=15)
 
 
 if __name__ == "__main__":
