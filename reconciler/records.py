@@ -175,11 +175,25 @@ class RecordStore:
         lowest = min(generations) if acted_on and len(generations) == len(acted_on) else None
         return Loaded(merged, states, errors, shards, legacy=bool(earlier), acted_on=lowest)
 
-    async def stamp(self, resource: dict[str, Any], loaded: Loaded) -> Loaded:
-        """Every shard as loaded made to say the SyncResource generation about to be acted on, before any runtime
-        is visited: so a pass over one runtime whose cache holds an earlier generation reads the SyncResource live
-        even when this pass fails or is cut short before it saves. Later saves are conditional on the shards as
-        stamped (returned); RecordsError when one could not be (nothing has been done in a runtime yet)."""
+    async def load_stamped(self, resource: dict[str, Any]) -> Loaded:
+        """``load`` every shard, then make each say the SyncResource generation about to be acted on, before any
+        runtime is visited: so a pass over one runtime whose cache holds an earlier generation reads the SyncResource
+        live even when this pass fails or is cut short before it saves. Later saves are conditional on the shards as
+        stamped (returned). A shard another pass wrote between the load and its stamp (a pass over one runtime saving)
+        is a conflict: everything is loaded again, since the records merged from the shards must be those stamped,
+        up to _STAMP_ATTEMPTS times; then, or on any other refusal, RecordsError (nothing has been done in a runtime
+        yet)."""
+        for attempt in range(1, _STAMP_ATTEMPTS + 1):
+            loaded = await self.load(resource)
+            try:
+                return await self._stamp(resource, loaded)
+            except kube.ConflictError as exc:
+                if attempt == _STAMP_ATTEMPTS:
+                    raise RecordsError(f"shards kept changing while being stamped: {exc}") from exc
+                log.info("a shard changed before it was stamped; loading the records again", extra={"error": str(exc)})
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _stamp(self, resource: dict[str, Any], loaded: Loaded) -> Loaded:
         generation = _generation(resource["metadata"].get("generation"))
         if generation is None:
             return loaded
@@ -191,6 +205,8 @@ class RecordStore:
             change = {"metadata": {"resourceVersion": _version(obj)}, "spec": {GENERATION_FIELD: generation}}
             try:
                 shards[shard] = await kube.merge_patch(self._kcp, path, change)
+            except kube.ConflictError:
+                raise
             except kube.KubeError as exc:
                 raise RecordsError(f"shard {shard} not stamped with generation {generation}: {exc}") from exc
         return dataclasses.replace(loaded, shards=shards)
@@ -323,6 +339,9 @@ class RecordStore:
         )
 
 
+_STAMP_ATTEMPTS = 3
+"""Loads and stamps before a pass gives up for its backoff: a conflict means a pass over one runtime saved in between,
+which takes a moment; three in a row mean a shard written all the time."""
 _SAVE_ATTEMPTS = 5
 
 

@@ -284,7 +284,7 @@ class SyncResourceReconciler:
         if resource["metadata"].get("deletionTimestamp"):
             if key != key.whole:
                 return workqueue.Result()  # the pass over all runtimes releases everything
-            return await self._finalize(owner, resource, await self._records.load(resource))
+            return await self._finalize(owner, resource)
         if key.runtime is not None and not _applied_everywhere(resource):
             # A new generation (or records still in the status): the pass over every runtime comes first.
             return workqueue.Result(requeue_after=_WAIT_FOR_DELETION)
@@ -416,7 +416,7 @@ class SyncResourceReconciler:
     async def _pass_over_all(
         self, owner: Owner, resource: dict[str, Any], spec: model.Spec, policy: tenancy.Policy
     ) -> workqueue.Result:
-        loaded = await self._records.stamp(resource, await self._records.load(resource))
+        loaded = await self._records.load_stamped(resource)
         generation = resource["metadata"].get("generation")
         if _synced(resource) != generation or loaded.legacy:
             resource = await self._write_status(
@@ -1032,8 +1032,8 @@ class SyncResourceReconciler:
         )
         return "Deleted"
 
-    async def _finalize(self, owner: Owner, resource: dict[str, Any], loaded: records.Loaded) -> workqueue.Result:
-        loaded = await self._records.stamp(resource, loaded)  # a deletion is a generation of its own
+    async def _finalize(self, owner: Owner, resource: dict[str, Any]) -> workqueue.Result:
+        loaded = await self._records.load_stamped(resource)  # a deletion is a generation of its own
         applied = loaded.records
         outcome_of = await self._fan_out(
             owner,

@@ -177,3 +177,41 @@ async def test_a_shard_being_deleted_or_not_labelled_as_its_sync_resources_vouch
     assert (await store.load(resource, runtime=other)).acted_on == 1
     await kube.request(kcp.api, "DELETE", path)  # held by the records finalizer: terminating
     assert (await store.load(resource, runtime=other)).acted_on is None
+
+
+class _SavedBetween(records.RecordStore):
+    """A record store whose first ``load`` of a whole SyncResource is followed, before its caller goes on, by
+    another pass's save (a pass over one runtime) into a shard it just read: the interleaving made certain."""
+
+    def __init__(self, kcp: Kcp, resource: dict[str, Any], other: model.AppliedRef) -> None:
+        super().__init__(kcp.api)
+        self._api, self._resource, self._other, self.loads = kcp.api, resource, other, 0
+
+    async def load(self, resource: dict[str, Any], *, runtime: str | None = None) -> records.Loaded:
+        loaded = await super().load(resource, runtime=runtime)
+        if runtime is None:
+            self.loads += 1
+            if self.loads == 1:
+                other = records.RecordStore(self._api)
+                await other.save(self._resource, loaded, [*loaded.records, self._other], visited={self._other.runtime})
+        return loaded
+
+
+@pytest.mark.integration
+async def test_a_shard_saved_between_the_load_and_its_stamp_is_loaded_again_and_stamped(kcp: Kcp) -> None:
+    """A pass over every runtime loads the shards, and a pass over one runtime saves into one of them before the
+    stamp: the stamp's conditional write conflicts. The pass loads again and stamps, rather than failing to its
+    backoff; what it goes on with holds the other pass's record (acting on the first load would lose it: an
+    object never released) and every shard says the generation."""
+    first, second = _same_shard(2)
+    resource, store = await _created(kcp, "stamp", first)
+    at_1 = {**resource, "metadata": {**resource["metadata"], "generation": 1}}
+    await store.save(at_1, await store.load(resource), [_record(first, "a")], visited={first})
+    at_2 = {**resource, "metadata": {**resource["metadata"], "generation": 2}}
+    racing = _SavedBetween(kcp, at_1, _record(second, "b"))
+
+    stamped = await racing.load_stamped(at_2)
+
+    assert racing.loads == 2, "the conflict was seen and everything loaded again"
+    assert _dumped(stamped.records) == _dumped([_record(first, "a"), _record(second, "b")])
+    assert (await store.load(resource, runtime=first)).acted_on == 2
