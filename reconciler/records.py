@@ -11,9 +11,9 @@ is merged three ways (``merged``). Records are read from the
 apiserver at the start of every reconcile, never from a cache: a record missed because a cache
 was behind would be an object never released. Each shard also says which generation of the
 SyncResource the last pass that wrote it acted on, written by a pass over every runtime before it
-acts on a new generation (``stamp``) and again with its records: a pass over one runtime takes
-its SyncResource from the informer's cache only when the cache holds that generation
-(``reconciler.sync_resources``).
+acts on a new generation (``RecordStore.load_stamped``) and again with its records, never taken
+back to an earlier one: a pass over one runtime takes its SyncResource from the informer's cache
+only when the cache holds that generation (``reconciler.sync_resources``).
 
 Each SyncRecord carries a finalizer of ours: deleting the namespace (or a foreground cascade from
 the SyncResource) cannot take the records away while the SyncResource still releases what they
@@ -26,10 +26,12 @@ A SyncResource written before SyncRecords existed keeps its records in ``status.
 are read from there until the first save moves them.
 """
 
+import asyncio
 import dataclasses
 import hashlib
 import json
 import logging
+import random
 from collections.abc import Iterable, Set
 from typing import Any, TypeVar
 
@@ -49,6 +51,10 @@ GENERATION_FIELD = "syncResourceGeneration"
 
 class RecordsError(Exception):
     """Records could not be saved (too large, or writes refused): the reconcile fails and is retried."""
+
+
+class _ShardChanged(Exception):
+    """A shard was written or dropped by another pass after it was loaded: load again."""
 
 
 def shard_of(runtime: str) -> int:
@@ -179,24 +185,39 @@ class RecordStore:
         """``load`` every shard, then make each say the SyncResource generation about to be acted on, before any
         runtime is visited: so a pass over one runtime whose cache holds an earlier generation reads the SyncResource
         live even when this pass fails or is cut short before it saves. Later saves are conditional on the shards as
-        stamped (returned). A shard another pass wrote between the load and its stamp (a pass over one runtime saving)
-        is a conflict: everything is loaded again, since the records merged from the shards must be those stamped,
-        up to _STAMP_ATTEMPTS times; then, or on any other refusal, RecordsError (nothing has been done in a runtime
-        yet)."""
-        for attempt in range(1, _STAMP_ATTEMPTS + 1):
+        stamped (returned).
+
+        A shard another pass wrote or dropped between the load and its stamp (a pass over one runtime saving) is
+        loaded again with every other, since only the records merged from the shards stamped are safe to act on, up
+        to STAMP_ATTEMPTS times. A shard that says a later generation than ``resource`` means ``resource`` was read
+        before a change another pass already acts on: nothing is stamped back. Those, and any other refused stamp,
+        are RecordsError; a failed load is the KubeError it was. Either way no runtime has been visited, and the
+        shards stamped before the failure stay so: they only make passes over one runtime read the SyncResource
+        live. A shard first created after the load (by a pass over one runtime) is not stamped; the pass's save
+        merges into it and writes the generation then."""
+        for attempt in range(1, STAMP_ATTEMPTS + 1):
             loaded = await self.load(resource)
             try:
                 return await self._stamp(resource, loaded)
-            except kube.ConflictError as exc:
-                if attempt == _STAMP_ATTEMPTS:
+            except _ShardChanged as exc:
+                if attempt == STAMP_ATTEMPTS:
                     raise RecordsError(f"shards kept changing while being stamped: {exc}") from exc
                 log.info("a shard changed before it was stamped; loading the records again", extra={"error": str(exc)})
+                await asyncio.sleep(random.uniform(*_RESTAMP_PAUSE_SECONDS))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _stamp(self, resource: dict[str, Any], loaded: Loaded) -> Loaded:
         generation = _generation(resource["metadata"].get("generation"))
         if generation is None:
             return loaded
+        ahead = {
+            shard: g for shard, obj in loaded.shards.items() if (g := Content.of(obj).generation or 0) > generation
+        }
+        if ahead:
+            raise RecordsError(
+                f"generation {generation} was read, but shards say later ones were acted on ({ahead}): "
+                "the SyncResource is read again on the next attempt"
+            )
         shards = dict(loaded.shards)
         for shard, obj in loaded.shards.items():
             if Content.of(obj).generation == generation:
@@ -205,8 +226,8 @@ class RecordStore:
             change = {"metadata": {"resourceVersion": _version(obj)}, "spec": {GENERATION_FIELD: generation}}
             try:
                 shards[shard] = await kube.merge_patch(self._kcp, path, change)
-            except kube.ConflictError:
-                raise
+            except (kube.ConflictError, kube.NotFoundError) as exc:
+                raise _ShardChanged(f"shard {shard}: {exc}") from exc
             except kube.KubeError as exc:
                 raise RecordsError(f"shard {shard} not stamped with generation {generation}: {exc}") from exc
         return dataclasses.replace(loaded, shards=shards)
@@ -265,6 +286,11 @@ class RecordStore:
         path = crds.SYNC_RECORD.object_path(
             metadata["namespace"], record_name(metadata["name"], metadata["uid"], shard)
         )
+        if base is not None:
+            # A pass whose read of the SyncResource is behind another's acts on its runtimes all the same (the next
+            # pass puts them right); the shard keeps saying the later generation, or a cache holding the earlier one
+            # would be trusted.
+            ours = dataclasses.replace(ours, generation=_later(ours.generation, Content.of(base).generation))
         for _ in range(_SAVE_ATTEMPTS):
             if base is not None and Content.of(base) == ours:
                 return len(ours.applied)
@@ -339,9 +365,11 @@ class RecordStore:
         )
 
 
-_STAMP_ATTEMPTS = 3
+STAMP_ATTEMPTS = 3
 """Loads and stamps before a pass gives up for its backoff: a conflict means a pass over one runtime saved in between,
 which takes a moment; three in a row mean a shard written all the time."""
+_RESTAMP_PAUSE_SECONDS = (0.01, 0.05)
+"""Between two attempts, spread so that two passes stamping the same shards do not meet again at once."""
 _SAVE_ATTEMPTS = 5
 
 
@@ -385,7 +413,7 @@ def merged(base: Content, ours: Content, theirs: Content, visited: Set[str]) -> 
         sorted(applied.values(), key=lambda e: (e.get("runtime", ""), e.get("item", ""), e.get("name", ""))),
         dict(sorted({**_others(theirs.states, visited), **_visited(ours.states, visited)}.items())),
         {**_others(theirs.errors, visited), **_visited(ours.errors, visited)},
-        max((g for g in (ours.generation, theirs.generation) if g is not None), default=None),
+        _later(ours.generation, theirs.generation),
     )
 
 
@@ -402,6 +430,10 @@ def _visited(by_runtime: dict[str, V], visited: Set[str]) -> dict[str, V]:
 
 def _entry_key(entry: dict[str, Any]) -> str:
     return json.dumps(entry, sort_keys=True)
+
+
+def _later(one: int | None, other: int | None) -> int | None:
+    return max((g for g in (one, other) if g is not None), default=None)
 
 
 def _generation(value: Any) -> int | None:

@@ -179,39 +179,88 @@ async def test_a_shard_being_deleted_or_not_labelled_as_its_sync_resources_vouch
     assert (await store.load(resource, runtime=other)).acted_on is None
 
 
-class _SavedBetween(records.RecordStore):
-    """A record store whose first ``load`` of a whole SyncResource is followed, before its caller goes on, by
-    another pass's save (a pass over one runtime) into a shard it just read: the interleaving made certain."""
+class _Interleaved(records.RecordStore):
+    """A record store whose first ``times`` loads of a whole SyncResource are each followed, before its caller goes
+    on, by another pass's save (a pass over one runtime) into the shard just read: the interleaving
+    made certain: ``<name>-<n>`` recorded in ``runtime`` after the n-th load (``name`` None: every record there
+    released)."""
 
-    def __init__(self, kcp: Kcp, resource: dict[str, Any], other: model.AppliedRef) -> None:
+    def __init__(self, kcp: Kcp, resource: dict[str, Any], runtime: str, name: str | None, *, times: int = 1) -> None:
         super().__init__(kcp.api)
-        self._api, self._resource, self._other, self.loads = kcp.api, resource, other, 0
+        self._api, self._resource, self._runtime, self._name = kcp.api, resource, runtime, name
+        self._times, self.loads = times, 0
 
     async def load(self, resource: dict[str, Any], *, runtime: str | None = None) -> records.Loaded:
         loaded = await super().load(resource, runtime=runtime)
         if runtime is None:
             self.loads += 1
-            if self.loads == 1:
+            if self.loads <= self._times:
+                kept = [r for r in loaded.records if r.runtime != self._runtime]
+                theirs = [] if self._name is None else [_record(self._runtime, f"{self._name}-{self.loads}")]
                 other = records.RecordStore(self._api)
-                await other.save(self._resource, loaded, [*loaded.records, self._other], visited={self._other.runtime})
+                await other.save(self._resource, loaded, kept + theirs, visited={self._runtime})
         return loaded
+
+
+def _at(resource: dict[str, Any], generation: int) -> dict[str, Any]:
+    return {**resource, "metadata": {**resource["metadata"], "generation": generation}}
 
 
 @pytest.mark.integration
 async def test_a_shard_saved_between_the_load_and_its_stamp_is_loaded_again_and_stamped(kcp: Kcp) -> None:
     """A pass over every runtime loads the shards, and a pass over one runtime saves into one of them before the
     stamp: the stamp's conditional write conflicts. The pass loads again and stamps, rather than failing to its
-    backoff; what it goes on with holds the other pass's record (acting on the first load would lose it: an
-    object never released) and every shard says the generation."""
+    backoff; what it goes on with holds the other pass's record (the first load's records with the shard as it is
+    now as the base of the next save would forget it: an object never released) and every shard says the
+    generation. A shard written before every attempt fails the pass, once the attempts are spent."""
     first, second = _same_shard(2)
     resource, store = await _created(kcp, "stamp", first)
-    at_1 = {**resource, "metadata": {**resource["metadata"], "generation": 1}}
-    await store.save(at_1, await store.load(resource), [_record(first, "a")], visited={first})
-    at_2 = {**resource, "metadata": {**resource["metadata"], "generation": 2}}
-    racing = _SavedBetween(kcp, at_1, _record(second, "b"))
+    await store.save(_at(resource, 1), await store.load(resource), [_record(first, "a")], visited={first})
+    racing = _Interleaved(kcp, _at(resource, 1), second, "b")
 
-    stamped = await racing.load_stamped(at_2)
+    stamped = await racing.load_stamped(_at(resource, 2))
 
     assert racing.loads == 2, "the conflict was seen and everything loaded again"
-    assert _dumped(stamped.records) == _dumped([_record(first, "a"), _record(second, "b")])
+    assert _dumped(stamped.records) == _dumped([_record(first, "a"), _record(second, "b-1")])
     assert (await store.load(resource, runtime=first)).acted_on == 2
+    always = _Interleaved(kcp, _at(resource, 2), second, "c", times=records.STAMP_ATTEMPTS)
+    with pytest.raises(records.RecordsError, match="kept changing"):
+        await always.load_stamped(_at(resource, 3))
+    assert always.loads == records.STAMP_ATTEMPTS
+
+
+@pytest.mark.integration
+async def test_no_write_takes_a_shard_back_to_an_earlier_generation(kcp: Kcp) -> None:
+    """A pass that read the SyncResource before a change another pass already acts on: its stamp refuses (it is
+    tried again with a fresh read) and leaves the shard as it is; its save, made all the same by a pass over one
+    runtime, keeps the later generation. Either would otherwise let a cache holding the earlier generation be
+    trusted again."""
+    runtime, other = _same_shard(2)
+    resource, store = await _created(kcp, "back", runtime)
+    await store.save(_at(resource, 2), await store.load(resource), [_record(runtime, "a")], visited={runtime})
+
+    with pytest.raises(records.RecordsError, match="later ones were acted on"):
+        await store.load_stamped(_at(resource, 1))
+    assert (await store.load(resource, runtime=runtime)).acted_on == 2
+    await store.save(
+        _at(resource, 1), await store.load(resource), [_record(runtime, "a"), _record(other, "b")], visited={other}
+    )
+    after = await store.load(resource, runtime=other)
+    assert after.acted_on == 2 and _dumped(after.records) == _dumped([_record(runtime, "a"), _record(other, "b")])
+
+
+@pytest.mark.integration
+async def test_a_shard_dropped_between_the_load_and_its_stamp_is_loaded_again(kcp: Kcp) -> None:
+    """A pass over one runtime releases the last record of a shard (and drops it) between a pass's load and its
+    stamp: the stamp finds it gone, and the pass loads again rather than failing to its backoff."""
+    [first] = _same_shard(1)
+    lone = next(f"skr-{n}" for n in range(100) if records.shard_of(f"skr-{n}") != records.shard_of(first))
+    resource, store = await _created(kcp, "dropped", first)
+    recorded = [_record(first, "a"), _record(lone, "z")]
+    await store.save(_at(resource, 1), await store.load(resource), recorded, visited={first, lone})
+    racing = _Interleaved(kcp, _at(resource, 1), lone, None)
+
+    stamped = await racing.load_stamped(_at(resource, 2))
+
+    assert racing.loads == 2 and len(stamped.shards) == 1
+    assert _dumped(stamped.records) == _dumped([_record(first, "a")])
