@@ -19,13 +19,16 @@ one after 15 s, aiohttp's default; the listener after keepalive_seconds, 30): 10
 the clients send plain HTTP with nginx's header (the URL-encoded PEM of their certificate), from a
 trusted proxy address; the listener checks chain, revocation and identity as in mTLS mode (once per
 certificate, then cached). The TLS work moves to the ingress (not measured here).
---floor: then the same clients and events against bench/listener_floor.py, twice: aiohttp with the
-listener's TLS settings answering every POST (the HTTP floor), and the same publishing each body to
-JetStream through nats-py with as many headers (the floor of any listener built on these libraries).
-What separates the listener from the second is the cost of its own work: identity, rate, validation,
-authorisation, CloudEvents headers, spans, metrics.
+--floor: after the listener, the same clients and events against bench/listener_floor.py, which does
+none of the listener's work: first aiohttp with the listener's TLS settings answering every POST
+(floor_http), then the same also publishing every body to JetStream through nats-py with as many
+headers (floor_http_and_publish: the floor of any listener on these libraries). What separates the
+listener from floor_http_and_publish is its own work: identity, rate, validation, authorisation,
+CloudEvents headers, spans, metrics. One run each, in that order.
+Every run prints its server's CPU per event and how busy it was (a server well below one core was
+held back by the load generator, which shares this machine).
 
-    python bench/listener_throughput.py --clients 64 --events 20000 --nats-bench ~/go/bin/nats
+    python bench/listener_throughput.py --clients 64 --events 20000 --nats-bench ~/go/bin/nats [--floor]
 """
 
 import argparse
@@ -181,8 +184,11 @@ async def main() -> None:
         help="also measure listener_floor.py (aiohttp and nats-py doing none of the listener's work) with the same load",
     )
     args = parser.parse_args()
-    if args.floor and (args.forwarded or args.listeners != 1):
-        parser.error("--floor compares one listener with mTLS at the listener")
+    if args.floor and (args.forwarded or args.listeners != 1 or args.profile or args.event_loop != "uvloop"):
+        parser.error(
+            "--floor compares one listener, mTLS at the listener, on uvloop, not profiled: it cannot be combined "
+            "with --forwarded, --listeners, --profile or --event-loop asyncio"
+        )
 
     work = Path(tempfile.mkdtemp(prefix="kyma-bench-listener-"))
     server_ca, runtime_ca = pki.create_ca("bench-ingress"), pki.create_ca("bench-runtimes")
@@ -256,9 +262,7 @@ async def _measure(
         measured = await _drive(url, clients, workloads, [listener.pid for listener in listeners], args)
     finally:
         for listener in listeners:
-            listener.terminate()
-        for listener in listeners:
-            listener.wait(timeout=15)
+            _stop(listener)
     floors = {
         f"floor_{name}": await _floor(work, bus, clients, workloads, args, publish=publish)
         for name, publish in (("http", False), ("http_and_publish", True))
@@ -325,9 +329,20 @@ async def _drive(
         "accepted_events_per_second": round(accepted / elapsed),
         "latency_p50_ms": round(quantiles[49] * 1000, 2),
         "latency_p99_ms": round(quantiles[98] * 1000, 2),
-        "cpu_seconds": round(cpu, 2),
+        "server_cpu_seconds": round(cpu, 2),
+        "server_cores_busy": round(cpu / elapsed, 2),
+        "server_cpu_us_per_event": round(cpu / accepted * 1e6, 1),
         "accepted_events_per_core_second": round(accepted / cpu),
     }
+
+
+def _stop(process: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 async def _floor(
@@ -358,15 +373,14 @@ async def _floor(
     if publish:
         command += ["--publish", "--nats", bus.url, "--nkey", str(credentials.nkey_seed_file)]
         command += ["--nats-ca", str(credentials.ca_file), "--inbox-prefix", credentials.inbox_prefix or "_INBOX"]
-    floor = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    try:
-        assert floor.stdout is not None
-        if floor.stdout.readline().strip() != "ready":
-            raise SystemExit("the floor server did not start")
-        return await _drive(f"https://127.0.0.1:{port}/v1/events", clients, workloads, [floor.pid], args)
-    finally:
-        floor.terminate()
-        floor.wait(timeout=15)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as floor:
+        try:
+            assert floor.stdout is not None
+            if floor.stdout.readline().strip() != "ready":
+                raise SystemExit("the floor server did not start")
+            return await _drive(f"https://127.0.0.1:{port}/v1/events", clients, workloads, [floor.pid], args)
+        finally:
+            _stop(floor)
 
 
 if __name__ == "__main__":
