@@ -22,6 +22,7 @@ import nats
 from aiohttp import web
 
 from kit import loops
+from listener import server, settings
 
 _RESPONSE = b'{"event_id":"00000000000000000000000000000000","duplicate":false,"sequence":1}'
 _HEADERS = {
@@ -37,14 +38,11 @@ _HEADERS = {
 
 
 def _tls(args: argparse.Namespace) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.verify_mode = ssl.CERT_REQUIRED
-    context.load_cert_chain(args.cert, args.key)
-    context.load_verify_locations(cafile=args.client_ca)
-    context.num_tickets = 0
-    context.options |= ssl.OP_NO_TICKET
-    return context
+    """The listener's own TLS context for these files."""
+    return server.server_ssl_context(
+        settings.ServerTlsSettings(cert_file=args.cert, key_file=args.key),
+        settings.TrustSettings(client_ca_file=args.client_ca),
+    )
 
 
 async def _serve(args: argparse.Namespace) -> None:

@@ -29,7 +29,8 @@ class Bound:
     management_url: str
 
 
-def _server_ssl_context(tls: settings.ServerTlsSettings, trust_config: settings.TrustSettings) -> ssl.SSLContext:
+def server_ssl_context(tls: settings.ServerTlsSettings, trust_config: settings.TrustSettings) -> ssl.SSLContext:
+    """The event port's TLS: client certificates required (the runtime's identity), TLS 1.2 or later, no tickets."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.verify_mode = ssl.CERT_REQUIRED
@@ -134,7 +135,7 @@ async def _identities(config: settings.IdentitySettings) -> AsyncIterator[identi
 async def _serving(
     config: settings.ListenerSettings, mapping: identities.Identities, *, registry: CollectorRegistry | None
 ) -> AsyncIterator[Bound]:
-    ssl_context = _server_ssl_context(config.tls, config.trust) if config.tls else None
+    ssl_context = server_ssl_context(config.tls, config.trust) if config.tls else None
     state = app.ListenerState(
         identities=mapping,
         settings=config,
