@@ -11,8 +11,8 @@ is merged three ways (``merged``). Records are read from the
 apiserver at the start of every reconcile, never from a cache: a record missed because a cache
 was behind would be an object never released. Each shard also says which generation of the
 SyncResource the last pass that wrote it acted on, written by a pass over every runtime before it
-acts on a new generation (``RecordStore.load_stamped``) and again with its records, never taken
-back to an earlier one: a pass over one runtime takes its SyncResource from the informer's cache
+acts on a new generation (``RecordStore.load_stamped``) and again with its records, never written
+back over a later one: a pass over one runtime takes its SyncResource from the informer's cache
 only when the cache holds that generation (``reconciler.sync_resources``).
 
 Each SyncRecord carries a finalizer of ours: deleting the namespace (or a foreground cascade from
@@ -187,14 +187,17 @@ class RecordStore:
         live even when this pass fails or is cut short before it saves. Later saves are conditional on the shards as
         stamped (returned).
 
-        A shard another pass wrote or dropped between the load and its stamp (a pass over one runtime saving) is
-        loaded again with every other, since only the records merged from the shards stamped are safe to act on, up
-        to STAMP_ATTEMPTS times. A shard that says a later generation than ``resource`` means ``resource`` was read
-        before a change another pass already acts on: nothing is stamped back. Those, and any other refused stamp,
-        are RecordsError; a failed load is the KubeError it was. Either way no runtime has been visited, and the
-        shards stamped before the failure stay so: they only make passes over one runtime read the SyncResource
-        live. A shard first created after the load (by a pass over one runtime) is not stamped; the pass's save
-        merges into it and writes the generation then."""
+        A shard another pass wrote or dropped between the load and its stamp (another replica's pass over one
+        runtime saving: one replica keeps its own passes apart) is loaded again with every other, since only the
+        records merged from the shards stamped are safe to act on; STAMP_ATTEMPTS attempts in all. A shard that says
+        a later generation than ``resource`` means ``resource`` was read before a change another pass already acts
+        on: nothing is stamped back (``_refuse_if_read_behind``; a generation never reached is stamped over). Those,
+        and any other refused stamp, are RecordsError; a failed load is the KubeError it was. Either way no runtime
+        has been visited, and the shards stamped before the failure stay so: they only make passes over one runtime
+        read the SyncResource live. A shard first created after the load is not stamped; the pass's save merges into
+        it and writes the generation then, unless the pass has nothing to record there: a shard created by a pass
+        whose read was behind then says the earlier generation until the next pass over every runtime that writes
+        it (a cache trusted for it must still hold that earlier generation, i.e. lag behind the change)."""
         for attempt in range(1, STAMP_ATTEMPTS + 1):
             loaded = await self.load(resource)
             try:
@@ -214,10 +217,7 @@ class RecordStore:
             shard: g for shard, obj in loaded.shards.items() if (g := Content.of(obj).generation or 0) > generation
         }
         if ahead:
-            raise RecordsError(
-                f"generation {generation} was read, but shards say later ones were acted on ({ahead}): "
-                "the SyncResource is read again on the next attempt"
-            )
+            await self._refuse_if_read_behind(resource, generation, ahead)
         shards = dict(loaded.shards)
         for shard, obj in loaded.shards.items():
             if Content.of(obj).generation == generation:
@@ -231,6 +231,35 @@ class RecordStore:
             except kube.KubeError as exc:
                 raise RecordsError(f"shard {shard} not stamped with generation {generation}: {exc}") from exc
         return dataclasses.replace(loaded, shards=shards)
+
+    async def _refuse_if_read_behind(self, resource: dict[str, Any], generation: int, ahead: dict[int, int]) -> None:
+        """RecordsError when shards say later generations than ``resource`` because it was read before a change
+        another pass already acts on (the next attempt reads it again). A generation the SyncResource, read now, has
+        not reached was never acted on (generations only grow): such a shard was written by hand or by a tool, and
+        it is stamped over with a warning, as damaged shards are ignored, rather than blocking every pass for good."""
+        metadata = resource["metadata"]
+        path = crds.SYNC_RESOURCE.object_path(metadata["namespace"], metadata["name"])
+        try:
+            live = await kube.get_or_none(self._kcp, path)
+        except kube.KubeError as exc:
+            raise RecordsError(f"generation {generation} was read, shards say later ones ({ahead}): {exc}") from exc
+        if (
+            live is None
+            or live["metadata"].get("uid") != metadata.get("uid")
+            or _generation(live["metadata"].get("generation")) != generation
+        ):
+            raise RecordsError(
+                f"generation {generation} was read, but shards say later ones were acted on ({ahead}): "
+                "the SyncResource is read again on the next attempt"
+            )
+        log.warning(
+            "shards say generations their SyncResource never had (edited by hand or by a tool): stamping them over",
+            extra={
+                "sync_resource": f"{metadata['namespace']}/{metadata['name']}",
+                "generation": generation,
+                "shards": ahead,
+            },
+        )
 
     async def save(
         self,
@@ -366,8 +395,9 @@ class RecordStore:
 
 
 STAMP_ATTEMPTS = 3
-"""Loads and stamps before a pass gives up for its backoff: a conflict means a pass over one runtime saved in between,
-which takes a moment; three in a row mean a shard written all the time."""
+"""Loads and stamps before a pass gives up for its backoff: a conflict means another replica's pass over one runtime
+saved in between (during a hand-over of shards), which takes a moment; three in a row mean a shard written all the
+time."""
 _RESTAMP_PAUSE_SECONDS = (0.01, 0.05)
 """Between two attempts, spread so that two passes stamping the same shards do not meet again at once."""
 _SAVE_ATTEMPTS = 5

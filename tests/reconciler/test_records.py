@@ -236,17 +236,33 @@ async def test_no_write_takes_a_shard_back_to_an_earlier_generation(kcp: Kcp) ->
     runtime, keeps the later generation. Either would otherwise let a cache holding the earlier generation be
     trusted again."""
     runtime, other = _same_shard(2)
-    resource, store = await _created(kcp, "back", runtime)
-    await store.save(_at(resource, 2), await store.load(resource), [_record(runtime, "a")], visited={runtime})
+    read_at_1, store = await _created(kcp, "back", runtime)
+    await kcp.patch_spec("back", {"items": [kcp.configmap("c", {"k": "changed"})]})
+    current = await kcp.get("back")
+    assert current is not None and current["metadata"]["generation"] == 2
+    await store.save(current, await store.load(current), [_record(runtime, "a")], visited={runtime})
 
     with pytest.raises(records.RecordsError, match="later ones were acted on"):
-        await store.load_stamped(_at(resource, 1))
-    assert (await store.load(resource, runtime=runtime)).acted_on == 2
-    await store.save(
-        _at(resource, 1), await store.load(resource), [_record(runtime, "a"), _record(other, "b")], visited={other}
-    )
-    after = await store.load(resource, runtime=other)
-    assert after.acted_on == 2 and _dumped(after.records) == _dumped([_record(runtime, "a"), _record(other, "b")])
+        await store.load_stamped(read_at_1)
+    assert (await store.load(current, runtime=runtime)).acted_on == 2
+    recorded = [_record(runtime, "a"), _record(other, "b")]
+    await store.save(read_at_1, await store.load(read_at_1), recorded, visited={other})
+    after = await store.load(current, runtime=other)
+    assert after.acted_on == 2 and _dumped(after.records) == _dumped(recorded)
+
+
+@pytest.mark.integration
+async def test_a_shard_saying_a_generation_its_sync_resource_never_had_is_stamped_over(kcp: Kcp) -> None:
+    """A shard edited by hand or by a tool to say a generation the SyncResource has not reached cannot hold up its
+    passes for good: the SyncResource read again says the pass's read is current, so the shard is stamped over."""
+    [runtime] = _same_shard(1)
+    resource, store = await _created(kcp, "bogus", runtime)
+    await store.save(_at(resource, 10**9), await store.load(resource), [_record(runtime, "a")], visited={runtime})
+
+    stamped = await store.load_stamped(resource)
+
+    assert (await store.load(resource, runtime=runtime)).acted_on == resource["metadata"]["generation"]
+    assert _dumped(stamped.records) == _dumped([_record(runtime, "a")])
 
 
 @pytest.mark.integration
