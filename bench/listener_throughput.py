@@ -321,6 +321,8 @@ async def _drive(
     )
     elapsed = time.perf_counter() - started
     cpu = sum(_cpu_seconds(pid) for pid in pids) - cpu_before
+    if not accepted or not cpu:
+        raise SystemExit(f"{url}: {accepted} of {sum(map(len, workloads))} events accepted, {cpu} s of CPU: no figures")
     quantiles = statistics.quantiles(latencies, n=100)
     return {
         "events_sent": sum(len(bodies) for bodies in workloads),
@@ -334,6 +336,10 @@ async def _drive(
         "server_cpu_us_per_event": round(cpu / accepted * 1e6, 1),
         "accepted_events_per_core_second": round(accepted / cpu),
     }
+
+
+_FLOOR_START_SECONDS = 30
+"""For the floor server to connect to NATS and listen."""
 
 
 def _stop(process: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
@@ -376,7 +382,8 @@ async def _floor(
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as floor:
         try:
             assert floor.stdout is not None
-            if floor.stdout.readline().strip() != "ready":
+            started = await asyncio.wait_for(asyncio.to_thread(floor.stdout.readline), _FLOOR_START_SECONDS)
+            if started.strip() != "ready":
                 raise SystemExit("the floor server did not start")
             return await _drive(f"https://127.0.0.1:{port}/v1/events", clients, workloads, [floor.pid], args)
         finally:
