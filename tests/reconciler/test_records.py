@@ -180,14 +180,14 @@ async def test_a_shard_being_deleted_or_not_labelled_as_its_sync_resources_vouch
 
 
 class _Interleaved(records.RecordStore):
-    """A record store whose first ``times`` loads of a whole SyncResource are each followed, before its caller goes
-    on, by another pass's save (a pass over one runtime) into the shard just read: the interleaving
-    made certain: ``<name>-<n>`` recorded in ``runtime`` after the n-th load (``name`` None: every record there
-    released)."""
+    """A record store that lets another pass in, made certain: after each of its first ``times`` loads of a whole
+    SyncResource, and before its caller goes on, a pass over ``runtime`` acting on ``theirs`` (the SyncResource as
+    that pass read it) saves into the shard just read, as such a pass does: the others' records and states kept,
+    its own runtime's replaced by ``<name>-<n>`` after the n-th load (``name`` None: its records all released)."""
 
-    def __init__(self, kcp: Kcp, resource: dict[str, Any], runtime: str, name: str | None, *, times: int = 1) -> None:
+    def __init__(self, kcp: Kcp, theirs: dict[str, Any], runtime: str, name: str | None, *, times: int = 1) -> None:
         super().__init__(kcp.api)
-        self._api, self._resource, self._runtime, self._name = kcp.api, resource, runtime, name
+        self._api, self._theirs, self._runtime, self._name = kcp.api, theirs, runtime, name
         self._times, self.loads = times, 0
 
     async def load(self, resource: dict[str, Any], *, runtime: str | None = None) -> records.Loaded:
@@ -195,11 +195,16 @@ class _Interleaved(records.RecordStore):
         if runtime is None:
             self.loads += 1
             if self.loads <= self._times:
-                kept = [r for r in loaded.records if r.runtime != self._runtime]
-                theirs = [] if self._name is None else [_record(self._runtime, f"{self._name}-{self.loads}")]
-                other = records.RecordStore(self._api)
-                await other.save(self._resource, loaded, kept + theirs, visited={self._runtime})
+                await self._other_pass(loaded)
         return loaded
+
+    async def _other_pass(self, loaded: records.Loaded) -> None:
+        kept = [r for r in loaded.records if r.runtime != self._runtime]
+        states = {r: s for r, s in loaded.states.items() if r != self._runtime}
+        if self._name is not None:
+            kept.append(_record(self._runtime, f"{self._name}-{self.loads}"))
+            states[self._runtime] = _ready(self._runtime, f"{self._name}-{self.loads}")
+        await records.RecordStore(self._api).save(self._theirs, loaded, kept, states, visited={self._runtime})
 
 
 def _at(resource: dict[str, Any], generation: int) -> dict[str, Any]:
