@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 FINALIZER = "operator.kyma-project.io/sync-resource"
 _WAIT_FOR_DELETION = 2.0
+CONFLICT_ATTEMPTS = 3
+"""Reads and conditional writes of one item in one pass, when another writer keeps changing its object in between."""
 GONE = "gone: "
 """How an item whose object is gone for good says so (Delete, UpdateAndDelete): it is orphaned, to be removed."""
 _EVENTS_PER_RECONCILE = 10
@@ -244,6 +246,12 @@ class SyncResourceReconciler:
             "SyncResources read for a pass: from the informer's cache (passes over one runtime whose records say the"
             " cache is current) or from the apiserver",
             ["source"],
+            registry=shared.registry,
+        )
+        self._conflicts = Counter(
+            "kyma_reconciler_sync_resource_write_conflicts",
+            "Writes to a runtime refused because another writer changed the object since it was read, and tried again"
+            " at once",
             registry=shared.registry,
         )
         self._passes: dict[Key, _Passes] = {}
@@ -832,13 +840,7 @@ class SyncResourceReconciler:
             dry_run=dry_run,
         )
         try:
-            if item.status_only:
-                state, message = await self._set_status_only(item, ref, act)
-                return ItemOutcome(_status(item, runtime, state, message), ref)
-            if item.strategy == model.Strategy.DELETE:
-                state, message = await self._delete_item(item, ref, act)
-                return ItemOutcome(_status(item, runtime, state, message), ref)
-            state, message, record = await self._apply_item(item, ref, act)
+            state, message, record = await self._act_on_conflict_again(item, ref, act)
             return ItemOutcome(_status(item, runtime, state, message), ref, record)
         except SecretSourceError as exc:
             return ItemOutcome(_status(item, runtime, model.State.ERROR, str(exc)), ref)
@@ -849,6 +851,33 @@ class SyncResourceReconciler:
                 ref,
                 record=_may_write(item),
             )
+
+    async def _act_on_conflict_again(
+        self, item: model.Item, ref: objects.Ref, act: "Acting"
+    ) -> tuple[model.State, str, bool]:
+        """The item's state, message and whether its object may exist because of us. Every write is conditional on
+        the object as read; one refused because another writer changed the object in between (409: a user, another
+        controller, the very drift being reset) is read and decided again at once, its checks made again on what
+        is read (client-go's RetryOnConflict), rather than failing the runtime's pass to its backoff. A conflict on
+        each of CONFLICT_ATTEMPTS attempts fails the item as any refused write does."""
+        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+            try:
+                return await self._act(item, ref, act)
+            except kube.ConflictError:
+                if attempt == CONFLICT_ATTEMPTS:
+                    raise
+                self._conflicts.inc()
+                log.debug("object changed between its read and our write: reading it again", extra={"object": str(ref)})
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _act(self, item: model.Item, ref: objects.Ref, act: "Acting") -> tuple[model.State, str, bool]:
+        if item.status_only:
+            state, message = await self._set_status_only(item, ref, act)
+            return state, message, False
+        if item.strategy == model.Strategy.DELETE:
+            state, message = await self._delete_item(item, ref, act)
+            return state, message, False
+        return await self._apply_item(item, ref, act)
 
     async def _apply_item(self, item: model.Item, ref: objects.Ref, act: "Acting") -> tuple[model.State, str, bool]:
         """(state, message, whether the object is ours now); ``act.writes`` hears of each write, before and after.
@@ -870,10 +899,7 @@ class SyncResourceReconciler:
             return model.State.PROCESSING, "would create", False
         if live is None:
             act.writes.before()
-            try:
-                await act.cluster.create(body)
-            except kube.ConflictError:
-                return model.State.ERROR, "created by someone else meanwhile; checking again", False
+            await act.cluster.create(body)  # created by someone else meanwhile (409): read and decided again
             act.writes.after("Created")
             await self._apply_status(act.cluster, item, ref)
             return model.State.READY, "", True

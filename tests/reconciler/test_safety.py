@@ -1,17 +1,23 @@
 """The SyncResource engine off the happy path: restarts, refused applies, foreign objects, hostile items."""
 
 import asyncio
+import base64
 import contextlib
 import functools
+import ssl
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from clients import kube
 from contract import events, wire
+from pki import pki
 from reconciler import cli, crds, manager, records, settings, sync_controller
 
 from ..factories import configmap_event
@@ -838,3 +844,155 @@ def _cached_synced(sync: sync_controller.SyncResourceController, kcp: Kcp, name:
 async def _only_held(kcp: Kcp, name: str) -> bool:
     resource = await kcp.get(name) or {"metadata": {}}
     return resource["metadata"].get("finalizers") == ["test/hold"] and await kcp.applied(name) == []
+
+
+@contextlib.asynccontextmanager
+async def racing_admission(api: kube.ApiClient, *, label: str, operation: str = "UPDATE") -> AsyncIterator[list[str]]:
+    """The reconciler's first ``operation`` (UPDATE or CREATE) of a ConfigMap labelled ``label`` loses a race,
+    certainly: the runtime's webhook, before it allows that write, has another writer change the object (or create
+    it first), so the write is refused when it is stored (409). Yields the names of the objects raced."""
+    ca = pki.create_ca("racing-webhook")
+    serving = pki.loopback_server_cert(ca, common_name="racing-webhook")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    with tempfile.TemporaryDirectory() as directory:
+        cert, key = Path(directory) / "tls.crt", Path(directory) / "tls.key"
+        cert.write_bytes(serving.cert_pem)
+        key.write_bytes(serving.key_pem)
+        context.load_cert_chain(cert, key)
+    raced: list[str] = []
+
+    async def review(request: web.Request) -> web.Response:
+        admission = (await request.json())["request"]
+        obj = admission["object"]
+        ours = (admission.get("options") or {}).get("fieldManager") == wire.RECONCILER_FIELD_MANAGER
+        if ours and not raced:
+            raced.append(obj["metadata"]["name"])
+            namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+            if operation == "CREATE":
+                theirs = {"metadata": {"name": name, "labels": {"race": label}}, "data": {"k": "theirs"}}
+                await kube.request(api, "POST", kube.CONFIGMAPS.path(namespace), body=theirs)
+            else:
+                await kube.merge_patch(
+                    api, kube.CONFIGMAPS.object_path(namespace, name), {"metadata": {"annotations": {"raced": "yes"}}}
+                )
+        return web.json_response(
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {"uid": admission["uid"], "allowed": True},
+            }
+        )
+
+    app = web.Application()
+    app.router.add_post("/", review)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    port = runner.addresses[0][1]
+    name = f"race-{label}"
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
+    await kube.request(
+        api,
+        "POST",
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        body={
+            "metadata": {"name": name},
+            "webhooks": [
+                {
+                    "name": "race.kyma-sync.test",
+                    "clientConfig": {
+                        "url": f"https://127.0.0.1:{port}/",
+                        "caBundle": base64.b64encode(ca.cert_pem).decode(),
+                    },
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": [operation],
+                            "resources": ["configmaps"],
+                        }
+                    ],
+                    "objectSelector": {"matchLabels": {"race": label}},
+                    "failurePolicy": "Fail",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "timeoutSeconds": 10,
+                }
+            ],
+        },
+    )
+    try:
+        yield raced
+    finally:
+        await kube.request(api, "DELETE", path)
+        await runner.cleanup()
+
+
+async def test_a_write_that_loses_a_race_with_another_writer_is_tried_again_at_once(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """Another writer changes a synced object between the reconciler's read and its conditional write (a user, a
+    controller, the drift the watcher reports): the write is refused (409), and the item is read again and written
+    in the same pass, its checks made again on what it reads, rather than the whole pass failing to its backoff.
+    The other writer's field stays (server-side apply), the new data arrives, no reconcile fails."""
+    label = uuid.uuid4().hex[:8]
+    item = kcp.configmap("cm-raced", {"k": "v1"})
+    item["resource"]["metadata"]["labels"] = {"race": label}
+    async with run_controller() as running:
+        await kcp.create("race", {"kyma": "skr-1", "items": [item]})
+        await eventually(lambda: _state_is(kcp, "race", "Ready"), what="Ready")
+        async with racing_admission(kcp.skrs["skr-1"], label=label) as raced:
+            failed_before = _failed(running.shared.registry)
+            item["resource"]["data"] = {"k": "v2"}
+            await kcp.patch_spec("race", {"items": [item]})
+
+            async def updated() -> bool:
+                found = await kcp.configmap_in("skr-1", "cm-raced")
+                return found is not None and (found.get("data") or {}).get("k") == "v2"
+
+            await eventually(updated, what="the new data written")
+            await eventually(lambda: _state_is(kcp, "race", "Ready"), what="Ready again")
+            assert raced == ["cm-raced"], "the update lost its race"
+            found = await kcp.configmap_in("skr-1", "cm-raced")
+            assert found is not None and found["metadata"]["annotations"]["raced"] == "yes"
+            assert _failed(running.shared.registry) == failed_before, "no reconcile failed over the lost race"
+            assert _conflicts(running.shared.registry) == 1
+
+
+async def test_an_object_created_by_someone_else_first_is_judged_at_once_as_found(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """Someone else creates the object between the reconciler's read (absent) and its create: the create is refused
+    (409), and the item is read again in the same pass and judged as any object found there: not ours, not
+    adopted (no SyncBinding allows it), left alone with a warning; no reconcile fails, the other's data stays."""
+    label = uuid.uuid4().hex[:8]
+    item = kcp.configmap("cm-first-come", {"k": "ours"})
+    item["resource"]["metadata"]["labels"] = {"race": label}
+    async with (
+        run_controller() as running,
+        racing_admission(kcp.skrs["skr-1"], label=label, operation="CREATE") as raced,
+    ):
+        failed_before = _failed(running.shared.registry)
+        await kcp.create("first-come", {"kyma": "skr-1", "items": [item]})
+        await eventually(lambda: _state_is(kcp, "first-come", "Warning"), what="Warning")
+        assert raced == ["cm-first-come"], "the create lost its race"
+        [status] = (await kcp.get("first-come") or {})["status"]["items"]
+        assert "not managed by kyma-sync" in status["message"]
+        found = await kcp.configmap_in("skr-1", "cm-first-come")
+        assert found is not None and found["data"] == {"k": "theirs"}
+        assert _failed(running.shared.registry) == failed_before, "no reconcile failed over the lost race"
+        assert _conflicts(running.shared.registry) == 1
+
+
+def _conflicts(registry: CollectorRegistry) -> float:
+    return registry.get_sample_value("kyma_reconciler_sync_resource_write_conflicts_total") or 0
+
+
+def _failed(registry: CollectorRegistry) -> float:
+    return (
+        registry.get_sample_value(
+            "kyma_reconciler_reconciles_total", {"controller": "sync_resources", "outcome": "error"}
+        )
+        or 0
+    )
