@@ -250,8 +250,8 @@ class SyncResourceReconciler:
         )
         self._conflicts = Counter(
             "kyma_reconciler_sync_resource_write_conflicts",
-            "Writes to a runtime refused because another writer changed the object since it was read, and tried again"
-            " at once",
+            "Writes to a runtime refused because another writer changed (or created) the object since it was read, and"
+            " tried again at once",
             registry=shared.registry,
         )
         self._passes: dict[Key, _Passes] = {}
@@ -844,6 +844,10 @@ class SyncResourceReconciler:
             return ItemOutcome(_status(item, runtime, state, message), ref, record)
         except SecretSourceError as exc:
             return ItemOutcome(_status(item, runtime, model.State.ERROR, str(exc)), ref)
+        except _LostCreate:
+            # Never recorded: the object is someone else's (nor may a RoleBinding of ours bind it, were it a Role).
+            message = "created by someone else meanwhile, each time it was read absent; checking again"
+            return ItemOutcome(_status(item, runtime, model.State.ERROR, message), ref, record=False)
         except kube.KubeError as exc:
             # The write may or may not have happened: record it, the marker decides later.
             return ItemOutcome(
@@ -858,8 +862,9 @@ class SyncResourceReconciler:
         """The item's state, message and whether its object may exist because of us. Every write is conditional on
         the object as read; one refused because another writer changed the object in between (409: a user, another
         controller, the very drift being reset) is read and decided again at once, its checks made again on what
-        is read (client-go's RetryOnConflict), rather than failing the runtime's pass to its backoff. A conflict on
-        each of CONFLICT_ATTEMPTS attempts fails the item as any refused write does."""
+        is read (as client-go's RetryOnConflict, without its pause), rather than failing the runtime's pass to its
+        backoff. A conflict on each of CONFLICT_ATTEMPTS attempts fails the item as any refused write does (a lost
+        create unrecorded: the object is someone else's)."""
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
             try:
                 return await self._act(item, ref, act)
@@ -899,7 +904,10 @@ class SyncResourceReconciler:
             return model.State.PROCESSING, "would create", False
         if live is None:
             act.writes.before()
-            await act.cluster.create(body)  # created by someone else meanwhile (409): read and decided again
+            try:
+                await act.cluster.create(body)
+            except kube.ConflictError as exc:
+                raise _LostCreate(exc.status, exc.reason) from exc  # someone else's: read and decided again
             act.writes.after("Created")
             await self._apply_status(act.cluster, item, ref)
             return model.State.READY, "", True
@@ -1334,6 +1342,10 @@ class OrphanCount:
         else:
             self._by_key.pop(key, None)
         self._gauge.labels(key.namespace).set(sum(n for k, n in self._by_key.items() if k.namespace == key.namespace))
+
+
+class _LostCreate(kube.ConflictError):
+    """Our create refused because an object of that name appeared after it was read absent (409): not ours."""
 
 
 @dataclasses.dataclass(frozen=True)

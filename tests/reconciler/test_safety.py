@@ -860,12 +860,15 @@ async def racing_admission(api: kube.ApiClient, *, label: str, operation: str = 
         key.write_bytes(serving.key_pem)
         context.load_cert_chain(cert, key)
     raced: list[str] = []
+    probed = asyncio.Event()
 
     async def review(request: web.Request) -> web.Response:
         admission = (await request.json())["request"]
         obj = admission["object"]
         ours = (admission.get("options") or {}).get("fieldManager") == wire.RECONCILER_FIELD_MANAGER
-        if ours and not raced:
+        if admission.get("dryRun"):
+            probed.set()
+        elif ours and admission["operation"] == operation and not raced:
             raced.append(obj["metadata"]["name"])
             namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
             if operation == "CREATE":
@@ -887,45 +890,57 @@ async def racing_admission(api: kube.ApiClient, *, label: str, operation: str = 
     app.router.add_post("/", review)
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
-    await site.start()
-    port = runner.addresses[0][1]
     name = f"race-{label}"
-    path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
-    await kube.request(
-        api,
-        "POST",
-        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
-        body={
-            "metadata": {"name": name},
-            "webhooks": [
-                {
-                    "name": "race.kyma-sync.test",
-                    "clientConfig": {
-                        "url": f"https://127.0.0.1:{port}/",
-                        "caBundle": base64.b64encode(ca.cert_pem).decode(),
-                    },
-                    "rules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": [operation],
-                            "resources": ["configmaps"],
-                        }
-                    ],
-                    "objectSelector": {"matchLabels": {"race": label}},
-                    "failurePolicy": "Fail",
-                    "sideEffects": "None",
-                    "admissionReviewVersions": ["v1"],
-                    "timeoutSeconds": 10,
-                }
-            ],
-        },
-    )
+    registered = False
     try:
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+        await site.start()
+        port = runner.addresses[0][1]
+        await kube.request(
+            api,
+            "POST",
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+            body={
+                "metadata": {"name": name},
+                "webhooks": [
+                    {
+                        "name": "race.kyma-sync.test",
+                        "clientConfig": {
+                            "url": f"https://127.0.0.1:{port}/",
+                            "caBundle": base64.b64encode(ca.cert_pem).decode(),
+                        },
+                        "rules": [
+                            {
+                                "apiGroups": [""],
+                                "apiVersions": ["v1"],
+                                "operations": ["CREATE", "UPDATE"],
+                                "resources": ["configmaps"],
+                            }
+                        ],
+                        "objectSelector": {"matchLabels": {"race": label}},
+                        "failurePolicy": "Fail",
+                        "sideEffects": "None",
+                        "admissionReviewVersions": ["v1"],
+                        "timeoutSeconds": 10,
+                    }
+                ],
+            },
+        )
+        registered = True
+
+        async def called() -> bool:
+            # The apiserver learns of a new webhook through an informer: a dry-run create reaches it once it does.
+            probe = {"metadata": {"name": f"probe-{label}", "labels": {"race": label}}}
+            await kube.request(api, "POST", kube.CONFIGMAPS.path("default"), body=probe, query=[("dryRun", "All")])
+            return probed.is_set()
+
+        await eventually(called, what="the racing webhook called by the apiserver")
         yield raced
     finally:
-        await kube.request(api, "DELETE", path)
+        if registered:
+            await kube.request(
+                api, "DELETE", f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
+            )
         await runner.cleanup()
 
 
@@ -952,7 +967,7 @@ async def test_a_write_that_loses_a_race_with_another_writer_is_tried_again_at_o
                 return found is not None and (found.get("data") or {}).get("k") == "v2"
 
             await eventually(updated, what="the new data written")
-            await eventually(lambda: _state_is(kcp, "race", "Ready"), what="Ready again")
+            await eventually(lambda: _synced_at(kcp, "race", 2), what="generation 2 synced")
             assert raced == ["cm-raced"], "the update lost its race"
             found = await kcp.configmap_in("skr-1", "cm-raced")
             assert found is not None and found["metadata"]["annotations"]["raced"] == "yes"
