@@ -475,6 +475,34 @@ async def test_not_ready_and_not_reconciling_until_every_cache_listed(
         await eventually(lambda: running.readiness() is None, what="ready")
 
 
+WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+
+
+async def _configmap_webhook(
+    api: kube.ApiClient,
+    name: str,
+    client: dict[str, str],
+    *,
+    operations: list[str],
+    selector: dict[str, str],
+    timeout: int,
+) -> str:
+    """A validating webhook (``client``: its clientConfig) the runtime's apiserver calls on ``operations`` of
+    ConfigMaps labelled ``selector``, refusing them when it cannot be reached; its path, to delete it."""
+    webhook = {
+        "name": f"{name}.kyma-sync.test",
+        "clientConfig": client,
+        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations, "resources": ["configmaps"]}],
+        "objectSelector": {"matchLabels": selector},
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": timeout,
+    }
+    await kube.request(api, "POST", WEBHOOKS, body={"metadata": {"name": name}, "webhooks": [webhook]})
+    return f"{WEBHOOKS}/{name}"
+
+
 @contextlib.asynccontextmanager
 async def hanging_admission(
     api: kube.ApiClient, *, label: str, operation: str = "CREATE"
@@ -488,34 +516,13 @@ async def hanging_admission(
 
     server = await asyncio.start_server(hold, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    name = f"hang-{label}"
-    path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
-    await kube.request(
+    path = await _configmap_webhook(
         api,
-        "POST",
-        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
-        body={
-            "metadata": {"name": name},
-            "webhooks": [
-                {
-                    "name": "hang.kyma-sync.test",
-                    "clientConfig": {"url": f"https://127.0.0.1:{port}/"},
-                    "rules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": [operation],
-                            "resources": ["configmaps"],
-                        }
-                    ],
-                    "objectSelector": {"matchLabels": {"hang": label}},
-                    "failurePolicy": "Fail",
-                    "sideEffects": "None",
-                    "admissionReviewVersions": ["v1"],
-                    "timeoutSeconds": 30,
-                }
-            ],
-        },
+        f"hang-{label}",
+        {"url": f"https://127.0.0.1:{port}/"},
+        operations=[operation],
+        selector={"hang": label},
+        timeout=30,
     )
     try:
         yield held
@@ -890,43 +897,19 @@ async def racing_admission(api: kube.ApiClient, *, label: str, operation: str = 
     app.router.add_post("/", review)
     runner = web.AppRunner(app)
     await runner.setup()
-    name = f"race-{label}"
-    registered = False
+    path = None
     try:
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
         await site.start()
         port = runner.addresses[0][1]
-        await kube.request(
+        path = await _configmap_webhook(
             api,
-            "POST",
-            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
-            body={
-                "metadata": {"name": name},
-                "webhooks": [
-                    {
-                        "name": "race.kyma-sync.test",
-                        "clientConfig": {
-                            "url": f"https://127.0.0.1:{port}/",
-                            "caBundle": base64.b64encode(ca.cert_pem).decode(),
-                        },
-                        "rules": [
-                            {
-                                "apiGroups": [""],
-                                "apiVersions": ["v1"],
-                                "operations": ["CREATE", "UPDATE"],
-                                "resources": ["configmaps"],
-                            }
-                        ],
-                        "objectSelector": {"matchLabels": {"race": label}},
-                        "failurePolicy": "Fail",
-                        "sideEffects": "None",
-                        "admissionReviewVersions": ["v1"],
-                        "timeoutSeconds": 10,
-                    }
-                ],
-            },
+            f"race-{label}",
+            {"url": f"https://127.0.0.1:{port}/", "caBundle": base64.b64encode(ca.cert_pem).decode()},
+            operations=["CREATE", "UPDATE"],
+            selector={"race": label},
+            timeout=10,
         )
-        registered = True
 
         async def called() -> bool:
             # The apiserver learns of a new webhook through an informer: a dry-run create reaches it once it does.
@@ -937,10 +920,8 @@ async def racing_admission(api: kube.ApiClient, *, label: str, operation: str = 
         await eventually(called, what="the racing webhook called by the apiserver")
         yield raced
     finally:
-        if registered:
-            await kube.request(
-                api, "DELETE", f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
-            )
+        if path is not None:
+            await kube.request(api, "DELETE", path)
         await runner.cleanup()
 
 
