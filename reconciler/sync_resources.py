@@ -905,11 +905,11 @@ class SyncResourceReconciler:
         if live is None:
             act.writes.before()
             try:
-                await act.cluster.create(body)
+                created = await act.cluster.create(body)
             except kube.ConflictError as exc:
                 raise _LostCreate(exc.status, exc.reason) from exc  # someone else's: read and decided again
             act.writes.after("Created")
-            await self._apply_status(act.cluster, item, ref)
+            await self._apply_status(act.cluster, item, ref, as_of=created)
             return model.State.READY, "", True
         if live["metadata"].get("deletionTimestamp"):
             if updating_only:
@@ -946,7 +946,7 @@ class SyncResourceReconciler:
         result = await act.cluster.apply(body)
         if diff.changed_paths(live, result):  # drift reset or a new generation, not bookkeeping (managedFields)
             act.writes.after("Adopted" if holder is None else "Updated")
-        await self._apply_status(act.cluster, item, ref)
+        await self._apply_status(act.cluster, item, ref, as_of=result)
         return model.State.READY, "adopted" if holder is None else "", True
 
     def _secret_content(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -984,13 +984,21 @@ class SyncResourceReconciler:
             current = live.get("status") or {}
             differs = any(current.get(key) != value for key, value in (item.status or {}).items())
             return (model.State.PROCESSING, "would set its status") if differs else (model.State.READY, "in sync")
-        await self._apply_status(act.cluster, item, ref)
+        await self._apply_status(act.cluster, item, ref, as_of=live)
         return model.State.READY, ""
 
-    async def _apply_status(self, cluster: objects.ClusterObjects, item: model.Item, ref: objects.Ref) -> None:
+    async def _apply_status(
+        self, cluster: objects.ClusterObjects, item: model.Item, ref: objects.Ref, *, as_of: dict[str, Any]
+    ) -> None:
+        """The item's status, written only to the object as judged (``as_of``: its resourceVersion is the write's
+        precondition): one changed or recreated meanwhile is a conflict, and the item is read and judged again."""
         if item.status is None:
             return
-        identity = {"name": ref.name, **({"namespace": ref.namespace} if ref.namespace else {})}
+        identity = {
+            "name": ref.name,
+            **({"namespace": ref.namespace} if ref.namespace else {}),
+            "resourceVersion": as_of["metadata"]["resourceVersion"],
+        }
         await cluster.apply(
             {"apiVersion": ref.api_version, "kind": ref.kind, "metadata": identity, "status": item.status},
             subresource="status",

@@ -7,7 +7,7 @@ import functools
 import ssl
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -478,21 +478,25 @@ async def test_not_ready_and_not_reconciling_until_every_cache_listed(
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 
 
-async def _configmap_webhook(
+def _configmaps(*operations: str) -> dict[str, Any]:
+    return {"apiGroups": [""], "apiVersions": ["v1"], "operations": list(operations), "resources": ["configmaps"]}
+
+
+async def _webhook(
     api: kube.ApiClient,
     name: str,
     client: dict[str, str],
     *,
-    operations: list[str],
+    rules: list[dict[str, Any]],
     selector: dict[str, str],
     timeout: int,
 ) -> str:
-    """A validating webhook (``client``: its clientConfig) the runtime's apiserver calls on ``operations`` of
-    ConfigMaps labelled ``selector``, refusing them when it cannot be reached; its path, to delete it."""
+    """A validating webhook (``client``: its clientConfig) the runtime's apiserver calls on what ``rules`` name, for
+    objects labelled ``selector``, refusing them when it cannot be reached; its path, to delete it."""
     webhook = {
         "name": f"{name}.kyma-sync.test",
         "clientConfig": client,
-        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations, "resources": ["configmaps"]}],
+        "rules": rules,
         "objectSelector": {"matchLabels": selector},
         "failurePolicy": "Fail",
         "sideEffects": "None",
@@ -516,11 +520,11 @@ async def hanging_admission(
 
     server = await asyncio.start_server(hold, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    path = await _configmap_webhook(
+    path = await _webhook(
         api,
         f"hang-{label}",
         {"url": f"https://127.0.0.1:{port}/"},
-        operations=[operation],
+        rules=[_configmaps(operation)],
         selector={"hang": label},
         timeout=30,
     )
@@ -853,11 +857,31 @@ async def _only_held(kcp: Kcp, name: str) -> bool:
     return resource["metadata"].get("finalizers") == ["test/hold"] and await kcp.applied(name) == []
 
 
+Race = Callable[[kube.ApiClient, dict[str, Any]], Awaitable[None]]
+
+
+async def _changed(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+    namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    await kube.merge_patch(
+        api, kube.CONFIGMAPS.object_path(namespace, name), {"metadata": {"annotations": {"raced": "yes"}}}
+    )
+
+
+async def _created_first(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+    labels = {"race": obj["metadata"]["labels"]["race"]}  # none of ours
+    theirs = {"metadata": {"name": obj["metadata"]["name"], "labels": labels}, "data": {"k": "theirs"}}
+    await kube.request(api, "POST", kube.CONFIGMAPS.path(obj["metadata"]["namespace"]), body=theirs)
+
+
 @contextlib.asynccontextmanager
-async def racing_admission(api: kube.ApiClient, *, label: str, operation: str = "UPDATE") -> AsyncIterator[list[str]]:
-    """The reconciler's first ``operation`` (UPDATE or CREATE) of a ConfigMap labelled ``label`` loses a race,
-    certainly: the runtime's webhook, before it allows that write, has another writer change the object (or create
-    it first), so the write is refused when it is stored (409). Yields the names of the objects raced."""
+async def racing_admission(
+    api: kube.ApiClient, *, label: str, race: Race = _changed, rule: dict[str, Any] | None = None
+) -> AsyncIterator[list[str]]:
+    """The reconciler's first write that ``rule`` names (default: an update of a ConfigMap) to an object labelled
+    ``label`` loses a race, certainly: the runtime's webhook, before it allows that write, lets ``race`` have
+    another writer change the object (by default: annotate it), so the write is refused when it is stored (409).
+    Yields the names of the objects raced."""
+    rule = rule or _configmaps("UPDATE")
     ca = pki.create_ca("racing-webhook")
     serving = pki.loopback_server_cert(ca, common_name="racing-webhook")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -871,20 +895,12 @@ async def racing_admission(api: kube.ApiClient, *, label: str, operation: str = 
 
     async def review(request: web.Request) -> web.Response:
         admission = (await request.json())["request"]
-        obj = admission["object"]
         ours = (admission.get("options") or {}).get("fieldManager") == wire.RECONCILER_FIELD_MANAGER
         if admission.get("dryRun"):
             probed.set()
-        elif ours and admission["operation"] == operation and not raced:
-            raced.append(obj["metadata"]["name"])
-            namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-            if operation == "CREATE":
-                theirs = {"metadata": {"name": name, "labels": {"race": label}}, "data": {"k": "theirs"}}
-                await kube.request(api, "POST", kube.CONFIGMAPS.path(namespace), body=theirs)
-            else:
-                await kube.merge_patch(
-                    api, kube.CONFIGMAPS.object_path(namespace, name), {"metadata": {"annotations": {"raced": "yes"}}}
-                )
+        elif ours and admission["operation"] in rule["operations"] and not raced:
+            raced.append(admission["object"]["metadata"]["name"])
+            await race(api, admission["object"])
         return web.json_response(
             {
                 "apiVersion": "admission.k8s.io/v1",
@@ -902,11 +918,11 @@ async def racing_admission(api: kube.ApiClient, *, label: str, operation: str = 
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
         await site.start()
         port = runner.addresses[0][1]
-        path = await _configmap_webhook(
+        path = await _webhook(
             api,
             f"race-{label}",
             {"url": f"https://127.0.0.1:{port}/", "caBundle": base64.b64encode(ca.cert_pem).decode()},
-            operations=["CREATE", "UPDATE"],
+            rules=[_configmaps("CREATE"), rule],  # a dry-run create of a ConfigMap tells it is called
             selector={"race": label},
             timeout=10,
         )
@@ -967,7 +983,7 @@ async def test_an_object_created_by_someone_else_first_is_judged_at_once_as_foun
     item["resource"]["metadata"]["labels"] = {"race": label}
     async with (
         run_controller() as running,
-        racing_admission(kcp.skrs["skr-1"], label=label, operation="CREATE") as raced,
+        racing_admission(kcp.skrs["skr-1"], label=label, race=_created_first, rule=_configmaps("CREATE")) as raced,
     ):
         failed_before = _failed(running.shared.registry)
         await kcp.create("first-come", {"kyma": "skr-1", "items": [item]})
@@ -992,3 +1008,50 @@ def _failed(registry: CollectorRegistry) -> float:
         )
         or 0
     )
+
+
+async def test_a_status_is_written_only_to_the_object_it_was_judged_on(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """An item with a status: the reconciler creates its object, then writes the status conditional on the object
+    it created. Someone else deletes that object and creates their own of the name in between: the status write is
+    refused (409), the item is read again and finds an object that is not ours (Warning), and that object gets no
+    status from us."""
+    label = uuid.uuid4().hex[:8]
+    api = kcp.skrs["skr-1"]
+    await crds.install(api, [crds.vpc_peering_crd()])
+    path = crds.VPC_PEERING.object_path(kcp.runtime_namespace, "peer")
+    peering: dict[str, Any] = {
+        "apiVersion": crds.VPC_PEERING.api_version,
+        "kind": "VpcPeering",
+        "metadata": {"name": "peer", "namespace": kcp.runtime_namespace, "labels": {"race": label}},
+        "spec": {"remote": "ours"},
+    }
+    item = {
+        "name": "peer",
+        "strategy": "CreateAndSync",
+        "resource": peering,
+        "subresource": {"status": {"state": "Ours"}},
+    }
+
+    async def replaced(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+        await kube.request(api, "DELETE", path)
+        theirs = {**peering, "metadata": {**peering["metadata"]}, "spec": {"remote": "theirs"}}
+        await kube.request(api, "POST", crds.VPC_PEERING.path(kcp.runtime_namespace), body=theirs)
+
+    status_writes = {
+        "apiGroups": [crds.VPC_PEERING.group],
+        "apiVersions": [crds.VPC_PEERING.version],
+        "operations": ["UPDATE"],
+        "resources": ["vpcpeerings/status"],
+    }
+    async with (
+        run_controller(),
+        racing_admission(api, label=label, race=replaced, rule=status_writes) as raced,
+    ):
+        await kcp.create("peer", {"kyma": "skr-1", "items": [item]})
+        await eventually(lambda: _state_is(kcp, "peer", "Warning"), what="Warning: the object is not ours")
+        assert raced == ["peer"], "the status write lost its race"
+        found = await kube.request(api, "GET", path)
+        assert found["spec"] == {"remote": "theirs"}
+        assert "status" not in found or found["status"] != {"state": "Ours"}, "our status on someone else's object"
