@@ -135,6 +135,15 @@ class Owner:
         return marker_uid(obj) == self.uid
 
 
+def _same_and_ours(current: dict[str, Any] | None, judged: dict[str, Any], owner: "Owner") -> bool:
+    """``current`` is still the object ``judged`` (not deleted and created again) and carries ``owner``'s marker."""
+    return (
+        current is not None
+        and current["metadata"]["uid"] == judged["metadata"]["uid"]
+        and marker_uid(current) == owner.uid
+    )
+
+
 def marker_uid(obj: dict[str, Any]) -> str | None:
     marker = ((obj.get("metadata") or {}).get("annotations") or {}).get(wire.OWNER_ANNOTATION)
     return str(marker).partition("/")[0] if marker else None
@@ -909,7 +918,7 @@ class SyncResourceReconciler:
             except kube.ConflictError as exc:
                 raise _LostCreate(exc.status, exc.reason) from exc  # someone else's: read and decided again
             act.writes.after("Created")
-            await self._apply_status(act.cluster, item, ref, as_of=created)
+            await self._apply_status(act, item, ref, as_of=created)
             return model.State.READY, "", True
         if live["metadata"].get("deletionTimestamp"):
             if updating_only:
@@ -946,7 +955,7 @@ class SyncResourceReconciler:
         result = await act.cluster.apply(body)
         if diff.changed_paths(live, result):  # drift reset or a new generation, not bookkeeping (managedFields)
             act.writes.after("Adopted" if holder is None else "Updated")
-        await self._apply_status(act.cluster, item, ref, as_of=result)
+        await self._apply_status(act, item, ref, as_of=result)
         return model.State.READY, "adopted" if holder is None else "", True
 
     def _secret_content(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -984,25 +993,35 @@ class SyncResourceReconciler:
             current = live.get("status") or {}
             differs = any(current.get(key) != value for key, value in (item.status or {}).items())
             return (model.State.PROCESSING, "would set its status") if differs else (model.State.READY, "in sync")
-        await self._apply_status(act.cluster, item, ref, as_of=live)
+        await self._apply_status(act, item, ref, as_of=live)
         return model.State.READY, ""
 
-    async def _apply_status(
-        self, cluster: objects.ClusterObjects, item: model.Item, ref: objects.Ref, *, as_of: dict[str, Any]
-    ) -> None:
+    async def _apply_status(self, act: "Acting", item: model.Item, ref: objects.Ref, *, as_of: dict[str, Any]) -> None:
         """The item's status, written only to the object as judged (``as_of``: its resourceVersion is the write's
-        precondition): one changed or recreated meanwhile is a conflict, and the item is read and judged again."""
+        precondition). An object of ours changed meanwhile (the same uid, our marker: a controller adding a finalizer
+        or its own status) takes the status as it is now; one replaced, gone or not ours is a conflict, and the item
+        is read and judged again (``_act_on_conflict_again``)."""
         if item.status is None:
             return
-        identity = {
-            "name": ref.name,
-            **({"namespace": ref.namespace} if ref.namespace else {}),
-            "resourceVersion": as_of["metadata"]["resourceVersion"],
-        }
-        await cluster.apply(
-            {"apiVersion": ref.api_version, "kind": ref.kind, "metadata": identity, "status": item.status},
-            subresource="status",
-        )
+        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+            identity = {
+                "name": ref.name,
+                **({"namespace": ref.namespace} if ref.namespace else {}),
+                "resourceVersion": as_of["metadata"]["resourceVersion"],
+            }
+            try:
+                await act.cluster.apply(
+                    {"apiVersion": ref.api_version, "kind": ref.kind, "metadata": identity, "status": item.status},
+                    subresource="status",
+                )
+                return
+            except (kube.ConflictError, kube.NotFoundError) as exc:
+                current = await act.cluster.get(ref)
+                if not _same_and_ours(current, as_of, act.owner) or attempt == CONFLICT_ATTEMPTS:
+                    raise kube.ConflictError(409, f"its status not written: {exc.reason}") from exc
+                assert current is not None  # _same_and_ours
+                self._conflicts.inc()
+                as_of = current
 
     async def _delete_item(self, item: model.Item, ref: objects.Ref, act: "Acting") -> tuple[model.State, str]:
         live = await act.cluster.get(ref)

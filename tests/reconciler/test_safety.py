@@ -896,9 +896,12 @@ async def racing_admission(
     async def review(request: web.Request) -> web.Response:
         admission = (await request.json())["request"]
         ours = (admission.get("options") or {}).get("fieldManager") == wire.RECONCILER_FIELD_MANAGER
+        written = admission["resource"]["resource"] + (
+            f"/{admission['subResource']}" if admission.get("subResource") else ""
+        )
         if admission.get("dryRun"):
             probed.set()
-        elif ours and admission["operation"] in rule["operations"] and not raced:
+        elif ours and admission["operation"] in rule["operations"] and written in rule["resources"] and not raced:
             raced.append(admission["object"]["metadata"]["name"])
             await race(api, admission["object"])
         return web.json_response(
@@ -1010,23 +1013,35 @@ def _failed(registry: CollectorRegistry) -> float:
     )
 
 
+def _peering(kcp: Kcp, label: str) -> dict[str, Any]:
+    return {
+        "apiVersion": crds.VPC_PEERING.api_version,
+        "kind": "VpcPeering",
+        "metadata": {"name": "peer", "namespace": kcp.runtime_namespace, "labels": {"race": label}},
+        "spec": {"remote": "ours"},
+    }
+
+
+STATUS_WRITES = {
+    "apiGroups": [crds.VPC_PEERING.group],
+    "apiVersions": [crds.VPC_PEERING.version],
+    "operations": ["UPDATE"],
+    "resources": ["vpcpeerings/status"],
+}
+
+
 async def test_a_status_is_written_only_to_the_object_it_was_judged_on(
     kcp: Kcp, run_controller: Callable[..., Any]
 ) -> None:
     """An item with a status: the reconciler creates its object, then writes the status conditional on the object
     it created. Someone else deletes that object and creates their own of the name in between: the status write is
     refused (409), the item is read again and finds an object that is not ours (Warning), and that object gets no
-    status from us."""
+    status from us; no reconcile fails."""
     label = uuid.uuid4().hex[:8]
     api = kcp.skrs["skr-1"]
     await crds.install(api, [crds.vpc_peering_crd()])
+    peering = _peering(kcp, label)
     path = crds.VPC_PEERING.object_path(kcp.runtime_namespace, "peer")
-    peering: dict[str, Any] = {
-        "apiVersion": crds.VPC_PEERING.api_version,
-        "kind": "VpcPeering",
-        "metadata": {"name": "peer", "namespace": kcp.runtime_namespace, "labels": {"race": label}},
-        "spec": {"remote": "ours"},
-    }
     item = {
         "name": "peer",
         "strategy": "CreateAndSync",
@@ -1036,22 +1051,54 @@ async def test_a_status_is_written_only_to_the_object_it_was_judged_on(
 
     async def replaced(api: kube.ApiClient, obj: dict[str, Any]) -> None:
         await kube.request(api, "DELETE", path)
-        theirs = {**peering, "metadata": {**peering["metadata"]}, "spec": {"remote": "theirs"}}
+        theirs = {**peering, "spec": {"remote": "theirs"}}
         await kube.request(api, "POST", crds.VPC_PEERING.path(kcp.runtime_namespace), body=theirs)
 
-    status_writes = {
-        "apiGroups": [crds.VPC_PEERING.group],
-        "apiVersions": [crds.VPC_PEERING.version],
-        "operations": ["UPDATE"],
-        "resources": ["vpcpeerings/status"],
-    }
     async with (
-        run_controller(),
-        racing_admission(api, label=label, race=replaced, rule=status_writes) as raced,
+        run_controller() as running,
+        racing_admission(api, label=label, race=replaced, rule=STATUS_WRITES) as raced,
     ):
+        failed_before = _failed(running.shared.registry)
         await kcp.create("peer", {"kyma": "skr-1", "items": [item]})
         await eventually(lambda: _state_is(kcp, "peer", "Warning"), what="Warning: the object is not ours")
         assert raced == ["peer"], "the status write lost its race"
+        [status] = (await kcp.get("peer") or {})["status"]["items"]
+        assert "not managed by kyma-sync" in status["message"]
         found = await kube.request(api, "GET", path)
-        assert found["spec"] == {"remote": "theirs"}
-        assert "status" not in found or found["status"] != {"state": "Ours"}, "our status on someone else's object"
+        assert found["spec"] == {"remote": "theirs"} and found.get("status") is None, "nothing of ours on theirs"
+        assert _failed(running.shared.registry) == failed_before and _conflicts(running.shared.registry) == 1
+
+
+async def test_a_status_whose_object_of_ours_changed_meanwhile_is_written_to_it_as_it_is_now(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A CreateAndIgnore item with a status (set when the object is created): a controller changes the object
+    between our create and our status write (a finalizer, its own status). The object is still ours, the same one:
+    the status is written to it as it is now, rather than the item being judged again and, ignored once it exists,
+    never getting its status."""
+    label = uuid.uuid4().hex[:8]
+    api = kcp.skrs["skr-1"]
+    await crds.install(api, [crds.vpc_peering_crd()])
+    peering = _peering(kcp, label)
+    path = crds.VPC_PEERING.object_path(kcp.runtime_namespace, "peer")
+    item = {
+        "name": "peer",
+        "strategy": "CreateAndIgnore",
+        "resource": peering,
+        "subresource": {"status": {"state": "Ours"}},
+    }
+
+    async def changed(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+        await kube.merge_patch(api, path, {"metadata": {"annotations": {"controller": "was here"}}})
+
+    async with (
+        run_controller() as running,
+        racing_admission(api, label=label, race=changed, rule=STATUS_WRITES) as raced,
+    ):
+        await kcp.create("ignored", {"kyma": "skr-1", "items": [item]})
+        await eventually(lambda: _state_is(kcp, "ignored", "Ready"), what="Ready")
+        assert raced == ["peer"], "the status write lost its race"
+        found = await kube.request(api, "GET", path)
+        assert found["metadata"]["annotations"]["controller"] == "was here"
+        assert found.get("status") == {"state": "Ours"}
+        assert _conflicts(running.shared.registry) == 1
