@@ -3,6 +3,7 @@
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import functools
 import ssl
 import tempfile
@@ -1013,13 +1014,27 @@ def _failed(registry: CollectorRegistry) -> float:
     )
 
 
-def _peering(kcp: Kcp, label: str) -> dict[str, Any]:
-    return {
+@dataclasses.dataclass(frozen=True)
+class _StatusItem:
+    """A VpcPeering item with a status, for skr-1 (whose apiserver serves VpcPeerings), labelled for a race."""
+
+    label: str
+    path: str
+    peering: dict[str, Any]
+    item: dict[str, Any]
+
+
+async def _status_item(kcp: Kcp, strategy: str) -> _StatusItem:
+    label = uuid.uuid4().hex[:8]
+    await crds.install(kcp.skrs["skr-1"], [crds.vpc_peering_crd()])
+    peering = {
         "apiVersion": crds.VPC_PEERING.api_version,
         "kind": "VpcPeering",
         "metadata": {"name": "peer", "namespace": kcp.runtime_namespace, "labels": {"race": label}},
         "spec": {"remote": "ours"},
     }
+    item = {"name": "peer", "strategy": strategy, "resource": peering, "subresource": {"status": {"state": "Ours"}}}
+    return _StatusItem(label, crds.VPC_PEERING.object_path(kcp.runtime_namespace, "peer"), peering, item)
 
 
 STATUS_WRITES = {
@@ -1037,34 +1052,24 @@ async def test_a_status_is_written_only_to_the_object_it_was_judged_on(
     it created. Someone else deletes that object and creates their own of the name in between: the status write is
     refused (409), the item is read again and finds an object that is not ours (Warning), and that object gets no
     status from us; no reconcile fails."""
-    label = uuid.uuid4().hex[:8]
-    api = kcp.skrs["skr-1"]
-    await crds.install(api, [crds.vpc_peering_crd()])
-    peering = _peering(kcp, label)
-    path = crds.VPC_PEERING.object_path(kcp.runtime_namespace, "peer")
-    item = {
-        "name": "peer",
-        "strategy": "CreateAndSync",
-        "resource": peering,
-        "subresource": {"status": {"state": "Ours"}},
-    }
+    api, status_item = kcp.skrs["skr-1"], await _status_item(kcp, "CreateAndSync")
 
     async def replaced(api: kube.ApiClient, obj: dict[str, Any]) -> None:
-        await kube.request(api, "DELETE", path)
-        theirs = {**peering, "spec": {"remote": "theirs"}}
+        await kube.request(api, "DELETE", status_item.path)
+        theirs = {**status_item.peering, "spec": {"remote": "theirs"}}
         await kube.request(api, "POST", crds.VPC_PEERING.path(kcp.runtime_namespace), body=theirs)
 
     async with (
         run_controller() as running,
-        racing_admission(api, label=label, race=replaced, rule=STATUS_WRITES) as raced,
+        racing_admission(api, label=status_item.label, race=replaced, rule=STATUS_WRITES) as raced,
     ):
         failed_before = _failed(running.shared.registry)
-        await kcp.create("peer", {"kyma": "skr-1", "items": [item]})
+        await kcp.create("peer", {"kyma": "skr-1", "items": [status_item.item]})
         await eventually(lambda: _state_is(kcp, "peer", "Warning"), what="Warning: the object is not ours")
         assert raced == ["peer"], "the status write lost its race"
         [status] = (await kcp.get("peer") or {})["status"]["items"]
         assert "not managed by kyma-sync" in status["message"]
-        found = await kube.request(api, "GET", path)
+        found = await kube.request(api, "GET", status_item.path)
         assert found["spec"] == {"remote": "theirs"} and found.get("status") is None, "nothing of ours on theirs"
         assert _failed(running.shared.registry) == failed_before and _conflicts(running.shared.registry) == 1
 
@@ -1076,29 +1081,19 @@ async def test_a_status_whose_object_of_ours_changed_meanwhile_is_written_to_it_
     between our create and our status write (a finalizer, its own status). The object is still ours, the same one:
     the status is written to it as it is now, rather than the item being judged again and, ignored once it exists,
     never getting its status."""
-    label = uuid.uuid4().hex[:8]
-    api = kcp.skrs["skr-1"]
-    await crds.install(api, [crds.vpc_peering_crd()])
-    peering = _peering(kcp, label)
-    path = crds.VPC_PEERING.object_path(kcp.runtime_namespace, "peer")
-    item = {
-        "name": "peer",
-        "strategy": "CreateAndIgnore",
-        "resource": peering,
-        "subresource": {"status": {"state": "Ours"}},
-    }
+    api, status_item = kcp.skrs["skr-1"], await _status_item(kcp, "CreateAndIgnore")
 
     async def changed(api: kube.ApiClient, obj: dict[str, Any]) -> None:
-        await kube.merge_patch(api, path, {"metadata": {"annotations": {"controller": "was here"}}})
+        await kube.merge_patch(api, status_item.path, {"metadata": {"annotations": {"controller": "was here"}}})
 
     async with (
         run_controller() as running,
-        racing_admission(api, label=label, race=changed, rule=STATUS_WRITES) as raced,
+        racing_admission(api, label=status_item.label, race=changed, rule=STATUS_WRITES) as raced,
     ):
-        await kcp.create("ignored", {"kyma": "skr-1", "items": [item]})
+        await kcp.create("ignored", {"kyma": "skr-1", "items": [status_item.item]})
         await eventually(lambda: _state_is(kcp, "ignored", "Ready"), what="Ready")
         assert raced == ["peer"], "the status write lost its race"
-        found = await kube.request(api, "GET", path)
+        found = await kube.request(api, "GET", status_item.path)
         assert found["metadata"]["annotations"]["controller"] == "was here"
         assert found.get("status") == {"state": "Ours"}
         assert _conflicts(running.shared.registry) == 1
