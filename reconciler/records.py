@@ -213,14 +213,13 @@ class RecordStore:
         generation = _generation(resource["metadata"].get("generation"))
         if generation is None:
             return loaded
-        ahead = {
-            shard: g for shard, obj in loaded.shards.items() if (g := Content.of(obj).generation or 0) > generation
-        }
+        said = {shard: Content.of(obj).generation for shard, obj in loaded.shards.items()}
+        ahead = {shard: g for shard, g in said.items() if g is not None and g > generation}
         if ahead:
             await self._refuse_if_read_behind(resource, generation, ahead)
         shards = dict(loaded.shards)
         for shard, obj in loaded.shards.items():
-            if Content.of(obj).generation == generation:
+            if said[shard] == generation:
                 continue
             path = crds.SYNC_RECORD.object_path(obj["metadata"]["namespace"], obj["metadata"]["name"])
             change = {"metadata": {"resourceVersion": _version(obj)}, "spec": {GENERATION_FIELD: generation}}

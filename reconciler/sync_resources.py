@@ -135,15 +135,6 @@ class Owner:
         return marker_uid(obj) == self.uid
 
 
-def _same_and_ours(current: dict[str, Any] | None, judged: dict[str, Any], owner: "Owner") -> bool:
-    """``current`` is still the object ``judged`` (not deleted and created again) and carries ``owner``'s marker."""
-    return (
-        current is not None
-        and current["metadata"]["uid"] == judged["metadata"]["uid"]
-        and marker_uid(current) == owner.uid
-    )
-
-
 def marker_uid(obj: dict[str, Any]) -> str | None:
     marker = ((obj.get("metadata") or {}).get("annotations") or {}).get(wire.OWNER_ANNOTATION)
     return str(marker).partition("/")[0] if marker else None
@@ -1017,9 +1008,10 @@ class SyncResourceReconciler:
                 return
             except (kube.ConflictError, kube.NotFoundError) as exc:
                 current = await act.cluster.get(ref)
-                if not _same_and_ours(current, as_of, act.owner) or attempt == CONFLICT_ATTEMPTS:
+                # Still the object judged (not deleted and created again), and ours.
+                same = current is not None and current["metadata"]["uid"] == as_of["metadata"]["uid"]
+                if current is None or not same or not act.owner.owns(current) or attempt == CONFLICT_ATTEMPTS:
                     raise kube.ConflictError(409, f"its status not written: {exc.reason}") from exc
-                assert current is not None  # _same_and_ours
                 self._conflicts.inc()
                 as_of = current
 

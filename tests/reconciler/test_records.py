@@ -78,6 +78,10 @@ def _record(runtime: str, name: str) -> model.AppliedRef:
     return model.AppliedRef(runtime=runtime, item=name, apiVersion="v1", kind="ConfigMap", namespace="ns", name=name)
 
 
+def _at(resource: dict[str, Any], generation: int) -> dict[str, Any]:
+    return {**resource, "metadata": {**resource["metadata"], "generation": generation}}
+
+
 def _ready(runtime: str, name: str) -> list[model.ItemStatus]:
     return [model.ItemStatus(name=name, runtime=runtime, state=model.State.READY)]
 
@@ -143,7 +147,7 @@ async def test_a_shard_says_the_latest_generation_a_pass_saving_it_acted_on(kcp:
     first, second = _same_shard(2)
     resource, store = await _created(kcp, "gen", first)
     assert (await store.load(resource, runtime=first)).acted_on is None
-    at = {n: {**resource, "metadata": {**resource["metadata"], "generation": n}} for n in (1, 2)}
+    at = {n: _at(resource, n) for n in (1, 2)}
     await store.save(at[1], await store.load(resource), [_record(first, "a")], visited={first})
     assert (await store.load(resource, runtime=first)).acted_on == 1
     read_at_1 = await store.load(resource, runtime=first)
@@ -163,7 +167,7 @@ async def test_a_shard_being_deleted_or_not_labelled_as_its_sync_resources_vouch
     runtime then reads the SyncResource live."""
     runtime, other = _same_shard(2)
     resource, store = await _created(kcp, "vouch", runtime)
-    at_1 = {**resource, "metadata": {**resource["metadata"], "generation": 1}}
+    at_1 = _at(resource, 1)
     await store.save(at_1, await store.load(resource), [_record(runtime, "a")], visited={runtime})
     loaded = await store.load(resource, runtime=runtime)
     assert loaded.acted_on == 1
@@ -205,10 +209,6 @@ class _Interleaved(records.RecordStore):
             kept.append(_record(self._runtime, f"{self._name}-{self.loads}"))
             states[self._runtime] = _ready(self._runtime, f"{self._name}-{self.loads}")
         await records.RecordStore(self._api).save(self._theirs, loaded, kept, states, visited={self._runtime})
-
-
-def _at(resource: dict[str, Any], generation: int) -> dict[str, Any]:
-    return {**resource, "metadata": {**resource["metadata"], "generation": generation}}
 
 
 @pytest.mark.integration
