@@ -18,23 +18,20 @@ import asyncio
 import itertools
 import ssl
 
+import listener_throughput
 import nats
 from aiohttp import web
 
+from contract import cloudevents, events
 from kit import loops
 from listener import server, settings
 
 _RESPONSE = b'{"event_id":"00000000000000000000000000000000","duplicate":false,"sequence":1}'
 _HEADERS = {
-    "ce-specversion": "1.0",
-    "ce-source": "/runtimes/bench-0",
-    "ce-type": "io.kyma-project.sync.change.modified.v1",
-    "ce-subject": "core/v1/configmaps/default/cm-0",
-    "ce-time": "2026-12-07T08:00:00.000000+00:00",
-    "ce-dataschema": "https://kyma-project.io/schemas/kyma-sync/change-event/v1",
-    "content-type": "application/json",
+    **cloudevents.headers(events.decode(listener_throughput.event("bench-0", 0))),
     "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
 }
+"""What the listener sends with an event of the benchmark's (the message id and ce-id are made per event)."""
 
 
 def _tls(args: argparse.Namespace) -> ssl.SSLContext:

@@ -54,7 +54,8 @@ from devenv import nats, net
 from pki import pki
 
 
-def _event(runtime: str, n: int) -> bytes:
+def event(runtime: str, n: int) -> bytes:
+    """The benchmark's event ``n`` of ``runtime``, as sent (a ConfigMap change with a 200-byte value)."""
     return events.encode(
         events.ChangeEvent.create(
             runtime=ids.runtime_id(runtime),
@@ -233,7 +234,7 @@ async def _measure(
     for n, management in enumerate(managements):
         (work / f"listener-{n}.yaml").write_text(yaml.safe_dump({**config, "management_port": management}))
     reference = (
-        _nats_bench(args.nats_bench, bus, clients=args.clients, messages=args.events, size=len(_event("bench-0", 0)))
+        _nats_bench(args.nats_bench, bus, clients=args.clients, messages=args.events, size=len(event("bench-0", 0)))
         if args.nats_bench
         else None
     )
@@ -257,7 +258,7 @@ async def _measure(
         for management in managements:
             await _wait_ready(f"http://127.0.0.1:{management}/readyz")
         clients = [_client_of(args, work, server_ca, runtime_ca, c) for c in range(args.clients)]
-        workloads = [[_event(f"bench-{c}", n) for n in range(args.events // args.clients)] for c in range(args.clients)]
+        workloads = [[event(f"bench-{c}", n) for n in range(args.events // args.clients)] for c in range(args.clients)]
         url = f"{'http' if args.forwarded else 'https'}://127.0.0.1:{port}/v1/events"
         measured = await _drive(url, clients, workloads, [listener.pid for listener in listeners], args)
     finally:
