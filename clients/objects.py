@@ -6,9 +6,14 @@ forced, so for what it declares the writer owns the fields and resets anyone els
 """
 
 import dataclasses
+import logging
 from typing import Any
 
-from clients import kube
+from clients import kube, managed_fields
+
+log = logging.getLogger(__name__)
+
+OWNERSHIP_ATTEMPTS = 3
 
 
 class UnknownKindError(LookupError):
@@ -91,16 +96,41 @@ class ClusterObjects:
         return await kube.get_or_none(self.api, path)
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create; ConflictError when an object of that name exists (it is never taken over)."""
+        """Create; ConflictError when an object of that name exists (it is never taken over). What it set is then
+        owned as if applied (``_owned_as_applied``): a later apply that leaves a field out removes it."""
         resource = await self.resource(str(obj["apiVersion"]), str(obj["kind"]))
         _, namespace = await self._path(Ref.of(obj))
-        return await kube.request(
+        created = await kube.request(
             self.api,
             "POST",
             resource.gvr.path(namespace),
             query=[("fieldManager", self.field_manager)],
             body=self._placed(obj, namespace),
         )
+        return await self._owned_as_applied(created)
+
+    async def _owned_as_applied(self, created: dict[str, Any]) -> dict[str, Any]:
+        """``created``, its fields moved from the Update entry the create made to our Apply entry
+        (``managed_fields.as_applied``), conditional on the object as read. A write in between (a controller adding
+        a finalizer) costs a read and another try while it is still the object created; one replaced or gone, or
+        OWNERSHIP_ATTEMPTS conflicts, leave it as it is: extra fields kept, never fewer, said in a warning."""
+        ref, current = Ref.of(created), created
+        for _ in range(OWNERSHIP_ATTEMPTS):
+            entries = managed_fields.as_applied(current["metadata"].get("managedFields") or [], self.field_manager)
+            if entries is None:
+                return current
+            changes = {"resourceVersion": current["metadata"]["resourceVersion"], "managedFields": entries}
+            try:
+                return await self.merge_patch(ref, {"metadata": changes})
+            except kube.ConflictError:
+                current = await self.get(ref) or {"metadata": {}}
+                if current["metadata"].get("uid") != created["metadata"]["uid"]:
+                    return created
+        log.warning(
+            "fields of a created object stay owned by its create: an apply leaving one out will not remove it",
+            extra={"object": str(ref)},
+        )
+        return current
 
     async def apply(
         self, obj: dict[str, Any], *, subresource: str | None = None, dry_run: bool = False

@@ -1001,6 +1001,32 @@ async def test_an_object_created_by_someone_else_first_is_judged_at_once_as_foun
         assert _conflicts(running.shared.registry) == 1
 
 
+async def test_an_object_changed_right_after_its_create_still_loses_what_its_item_no_longer_sets(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """Another writer changes an object the reconciler has just created before the fields the create set are handed
+    to its apply (a controller adding a finalizer): the hand-over is refused (409) and made again on the object as
+    read, so a key later taken out of the item is still removed, and the other writer's field stays."""
+    label = uuid.uuid4().hex[:8]
+    item = kcp.configmap("cm-raced-create", {"kept": "v", "dropped": "v"})
+    item["resource"]["metadata"]["labels"] = {"race": label}
+    async with run_controller():
+        async with racing_admission(kcp.skrs["skr-1"], label=label) as raced:
+            await kcp.create("raced-create", {"kyma": "skr-1", "items": [item]})
+            await eventually(lambda: _state_is(kcp, "raced-create", "Ready"), what="Ready")
+            assert raced == ["cm-raced-create"], "the hand-over lost its race"
+        item["resource"]["data"] = {"kept": "v"}
+        await kcp.patch_spec("raced-create", {"items": [item]})
+
+        async def shrunk() -> bool:
+            found = await kcp.configmap_in("skr-1", "cm-raced-create")
+            return found is not None and found.get("data") == {"kept": "v"}
+
+        await eventually(shrunk, what="the key taken out of the item removed")
+        found = await kcp.configmap_in("skr-1", "cm-raced-create")
+        assert found is not None and found["metadata"]["annotations"]["raced"] == "yes"
+
+
 def _conflicts(registry: CollectorRegistry) -> float:
     return registry.get_sample_value("kyma_reconciler_sync_resource_write_conflicts_total") or 0
 

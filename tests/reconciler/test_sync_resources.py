@@ -46,6 +46,25 @@ async def test_create_and_sync_creates_and_resets_drift_and_deletion(
     assert await kcp.configmap_in("skr-2", "cm-sync") is None
 
 
+async def test_what_an_item_no_longer_sets_leaves_the_object_it_created(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A key and a label taken out of an item leave the object the reconciler created: what its create set is owned
+    as if applied, so the next apply that leaves it out removes it (a create is an Update in managedFields, and what
+    an Update set no apply removes)."""
+    item = kcp.configmap("cm-shrinks", {"kept": "v", "dropped": "v"})
+    item["resource"]["metadata"]["labels"] = {"kept": "v", "dropped": "v"}
+    async with run_controller():
+        await kcp.create("shrinks", {"kyma": "skr-1", "items": [item]})
+        await eventually(lambda: _has(kcp, "skr-1", "cm-shrinks", {"kept": "v", "dropped": "v"}), what="created")
+        item["resource"]["data"] = {"kept": "v"}
+        item["resource"]["metadata"]["labels"] = {"kept": "v"}
+        await kcp.patch_spec("shrinks", {"items": [item]})
+        await eventually(lambda: _has(kcp, "skr-1", "cm-shrinks", {"kept": "v"}), what="the key removed")
+        labels = ((await kcp.configmap_in("skr-1", "cm-shrinks")) or {})["metadata"]["labels"]
+        assert "dropped" not in labels and labels["kept"] == "v"
+
+
 async def test_a_new_generation_shows_processing_then_ready(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
     """While a spec change is being applied the state is Processing; then Ready, with observedGeneration."""
     states: list[str] = []
