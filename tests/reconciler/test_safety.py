@@ -1,28 +1,23 @@
 """The SyncResource engine off the happy path: restarts, refused applies, foreign objects, hostile items."""
 
 import asyncio
-import base64
 import contextlib
 import dataclasses
 import functools
-import ssl
-import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from clients import kube
 from contract import events, wire
-from pki import pki
 from reconciler import cli, crds, manager, records, settings, sync_controller
 
 from ..factories import configmap_event
 from ..waiting import eventually, more_reconciles, reconciles
+from . import admission
 from .conftest import Kcp, bind, label_kyma, register_runtime
 
 pytestmark = pytest.mark.integration
@@ -476,38 +471,6 @@ async def test_not_ready_and_not_reconciling_until_every_cache_listed(
         await eventually(lambda: running.readiness() is None, what="ready")
 
 
-WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
-
-
-def _configmaps(*operations: str) -> dict[str, Any]:
-    return {"apiGroups": [""], "apiVersions": ["v1"], "operations": list(operations), "resources": ["configmaps"]}
-
-
-async def _webhook(
-    api: kube.ApiClient,
-    name: str,
-    client: dict[str, str],
-    *,
-    rules: list[dict[str, Any]],
-    selector: dict[str, str],
-    timeout: int,
-) -> str:
-    """A validating webhook (``client``: its clientConfig) the runtime's apiserver calls on what ``rules`` name, for
-    objects labelled ``selector``, refusing them when it cannot be reached; its path, to delete it."""
-    webhook = {
-        "name": f"{name}.kyma-sync.test",
-        "clientConfig": client,
-        "rules": rules,
-        "objectSelector": {"matchLabels": selector},
-        "failurePolicy": "Fail",
-        "sideEffects": "None",
-        "admissionReviewVersions": ["v1"],
-        "timeoutSeconds": timeout,
-    }
-    await kube.request(api, "POST", WEBHOOKS, body={"metadata": {"name": name}, "webhooks": [webhook]})
-    return f"{WEBHOOKS}/{name}"
-
-
 @contextlib.asynccontextmanager
 async def hanging_admission(
     api: kube.ApiClient, *, label: str, operation: str = "CREATE"
@@ -521,11 +484,11 @@ async def hanging_admission(
 
     server = await asyncio.start_server(hold, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    path = await _webhook(
+    path = await admission.webhook(
         api,
         f"hang-{label}",
         {"url": f"https://127.0.0.1:{port}/"},
-        rules=[_configmaps(operation)],
+        rules=[admission.operations_on(kube.CONFIGMAPS, operation)],
         selector={"hang": label},
         timeout=30,
     )
@@ -858,93 +821,6 @@ async def _only_held(kcp: Kcp, name: str) -> bool:
     return resource["metadata"].get("finalizers") == ["test/hold"] and await kcp.applied(name) == []
 
 
-Race = Callable[[kube.ApiClient, dict[str, Any]], Awaitable[None]]
-
-
-async def _changed(api: kube.ApiClient, obj: dict[str, Any]) -> None:
-    namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-    await kube.merge_patch(
-        api, kube.CONFIGMAPS.object_path(namespace, name), {"metadata": {"annotations": {"raced": "yes"}}}
-    )
-
-
-async def _created_first(api: kube.ApiClient, obj: dict[str, Any]) -> None:
-    labels = {"race": obj["metadata"]["labels"]["race"]}  # none of ours
-    theirs = {"metadata": {"name": obj["metadata"]["name"], "labels": labels}, "data": {"k": "theirs"}}
-    await kube.request(api, "POST", kube.CONFIGMAPS.path(obj["metadata"]["namespace"]), body=theirs)
-
-
-@contextlib.asynccontextmanager
-async def racing_admission(
-    api: kube.ApiClient, *, label: str, race: Race = _changed, rule: dict[str, Any] | None = None
-) -> AsyncIterator[list[str]]:
-    """The reconciler's first write that ``rule`` names (default: an update of a ConfigMap) to an object labelled
-    ``label`` loses a race, certainly: the runtime's webhook, before it allows that write, lets ``race`` have
-    another writer change the object (by default: annotate it), so the write is refused when it is stored (409).
-    Yields the names of the objects raced."""
-    rule = rule or _configmaps("UPDATE")
-    ca = pki.create_ca("racing-webhook")
-    serving = pki.loopback_server_cert(ca, common_name="racing-webhook")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    with tempfile.TemporaryDirectory() as directory:
-        cert, key = Path(directory) / "tls.crt", Path(directory) / "tls.key"
-        cert.write_bytes(serving.cert_pem)
-        key.write_bytes(serving.key_pem)
-        context.load_cert_chain(cert, key)
-    raced: list[str] = []
-    probed = asyncio.Event()
-
-    async def review(request: web.Request) -> web.Response:
-        admission = (await request.json())["request"]
-        ours = (admission.get("options") or {}).get("fieldManager") == wire.RECONCILER_FIELD_MANAGER
-        written = admission["resource"]["resource"] + (
-            f"/{admission['subResource']}" if admission.get("subResource") else ""
-        )
-        if admission.get("dryRun"):
-            probed.set()
-        elif ours and admission["operation"] in rule["operations"] and written in rule["resources"] and not raced:
-            raced.append(admission["object"]["metadata"]["name"])
-            await race(api, admission["object"])
-        return web.json_response(
-            {
-                "apiVersion": "admission.k8s.io/v1",
-                "kind": "AdmissionReview",
-                "response": {"uid": admission["uid"], "allowed": True},
-            }
-        )
-
-    app = web.Application()
-    app.router.add_post("/", review)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    path = None
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
-        await site.start()
-        port = runner.addresses[0][1]
-        path = await _webhook(
-            api,
-            f"race-{label}",
-            {"url": f"https://127.0.0.1:{port}/", "caBundle": base64.b64encode(ca.cert_pem).decode()},
-            rules=[_configmaps("CREATE"), rule],  # a dry-run create of a ConfigMap tells it is called
-            selector={"race": label},
-            timeout=10,
-        )
-
-        async def called() -> bool:
-            # The apiserver learns of a new webhook through an informer: a dry-run create reaches it once it does.
-            probe = {"metadata": {"name": f"probe-{label}", "labels": {"race": label}}}
-            await kube.request(api, "POST", kube.CONFIGMAPS.path("default"), body=probe, query=[("dryRun", "All")])
-            return probed.is_set()
-
-        await eventually(called, what="the racing webhook called by the apiserver")
-        yield raced
-    finally:
-        if path is not None:
-            await kube.request(api, "DELETE", path)
-        await runner.cleanup()
-
-
 async def test_a_write_that_loses_a_race_with_another_writer_is_tried_again_at_once(
     kcp: Kcp, run_controller: Callable[..., Any]
 ) -> None:
@@ -958,7 +834,7 @@ async def test_a_write_that_loses_a_race_with_another_writer_is_tried_again_at_o
     async with run_controller() as running:
         await kcp.create("race", {"kyma": "skr-1", "items": [item]})
         await eventually(lambda: _state_is(kcp, "race", "Ready"), what="Ready")
-        async with racing_admission(kcp.skrs["skr-1"], label=label) as raced:
+        async with admission.racing_admission(kcp.skrs["skr-1"], label=label) as raced:
             failed_before = _failed(running.shared.registry)
             item["resource"]["data"] = {"k": "v2"}
             await kcp.patch_spec("race", {"items": [item]})
@@ -987,7 +863,12 @@ async def test_an_object_created_by_someone_else_first_is_judged_at_once_as_foun
     item["resource"]["metadata"]["labels"] = {"race": label}
     async with (
         run_controller() as running,
-        racing_admission(kcp.skrs["skr-1"], label=label, race=_created_first, rule=_configmaps("CREATE")) as raced,
+        admission.racing_admission(
+            kcp.skrs["skr-1"],
+            label=label,
+            race=admission.created_first,
+            rule=admission.operations_on(kube.CONFIGMAPS, "CREATE"),
+        ) as raced,
     ):
         failed_before = _failed(running.shared.registry)
         await kcp.create("first-come", {"kyma": "skr-1", "items": [item]})
@@ -1011,7 +892,7 @@ async def test_an_object_changed_right_after_its_create_still_loses_what_its_ite
     item = kcp.configmap("cm-raced-create", {"kept": "v", "dropped": "v"})
     item["resource"]["metadata"]["labels"] = {"race": label}
     async with run_controller():
-        async with racing_admission(kcp.skrs["skr-1"], label=label) as raced:
+        async with admission.racing_admission(kcp.skrs["skr-1"], label=label) as raced:
             await kcp.create("raced-create", {"kyma": "skr-1", "items": [item]})
             await eventually(lambda: _state_is(kcp, "raced-create", "Ready"), what="Ready")
             assert raced == ["cm-raced-create"], "the hand-over lost its race"
@@ -1063,12 +944,7 @@ async def _status_item(kcp: Kcp, strategy: str) -> _StatusItem:
     return _StatusItem(label, crds.VPC_PEERING.object_path(kcp.runtime_namespace, "peer"), peering, item)
 
 
-STATUS_WRITES = {
-    "apiGroups": [crds.VPC_PEERING.group],
-    "apiVersions": [crds.VPC_PEERING.version],
-    "operations": ["UPDATE"],
-    "resources": ["vpcpeerings/status"],
-}
+STATUS_WRITES = admission.operations_on(crds.VPC_PEERING, "UPDATE", subresource="status")
 
 
 async def test_a_status_is_written_only_to_the_object_it_was_judged_on(
@@ -1087,7 +963,7 @@ async def test_a_status_is_written_only_to_the_object_it_was_judged_on(
 
     async with (
         run_controller() as running,
-        racing_admission(api, label=status_item.label, race=replaced, rule=STATUS_WRITES) as raced,
+        admission.racing_admission(api, label=status_item.label, race=replaced, rule=STATUS_WRITES) as raced,
     ):
         failed_before = _failed(running.shared.registry)
         await kcp.create("peer", {"kyma": "skr-1", "items": [status_item.item]})
@@ -1114,7 +990,7 @@ async def test_a_status_whose_object_of_ours_changed_meanwhile_is_written_to_it_
 
     async with (
         run_controller() as running,
-        racing_admission(api, label=status_item.label, race=changed, rule=STATUS_WRITES) as raced,
+        admission.racing_admission(api, label=status_item.label, race=changed, rule=STATUS_WRITES) as raced,
     ):
         await kcp.create("ignored", {"kyma": "skr-1", "items": [status_item.item]})
         await eventually(lambda: _state_is(kcp, "ignored", "Ready"), what="Ready")
