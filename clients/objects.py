@@ -141,6 +141,15 @@ class ClusterObjects:
             self.api, path, self._placed(obj, namespace), field_manager=self.field_manager, dry_run=dry_run
         )
 
+    async def write_as_read(self, obj: dict[str, Any], read: dict[str, Any] | None) -> dict[str, Any]:
+        """``obj`` written over the object as it was ``read``: created when it was missing, else applied conditional
+        on the read's resourceVersion. ConflictError when another writer created or changed it in between, so what
+        was decided on the read (missing, ours, drifted) never lands on an object it was not decided on."""
+        if read is None:
+            return await self.create(obj)
+        metadata = {**obj["metadata"], "resourceVersion": read["metadata"]["resourceVersion"]}
+        return await self.apply({**obj, "metadata": metadata})
+
     async def merge_patch(self, ref: Ref, patch: dict[str, Any]) -> dict[str, Any]:
         path, _ = await self._path(ref)
         return await kube.merge_patch(self.api, path, patch, field_manager=self.field_manager)

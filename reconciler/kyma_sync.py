@@ -12,8 +12,9 @@ As lifecycle-manager does (seed 004):
 - **The channel is KCP's when the runtime Kyma is created; afterwards the runtime's choice stands**
   (upstream: the runtime spec is the source of truth after creation). The reconciler keeps applying
   the channel the runtime Kyma has, conditionally on its resourceVersion, so a user's change is never
-  overwritten by a stale read.
-- KCP's status is written to the runtime's status subresource.
+  overwritten by a stale read; a missing one is created, so one someone else created meanwhile is
+  never taken over as ours.
+- KCP's status is written to the runtime's status subresource, conditional on the Kyma just written.
 """
 
 import json
@@ -103,10 +104,11 @@ class KymaController(per_runtime.PerRuntimeController):
             metadata["labels"] = {wire.SYNCED_LABEL: wire.SYNCED_VALUE}
             metadata["annotations"] = {CREATED_BY_ANNOTATION: wire.SYNCED_VALUE}
             metadata["finalizers"] = [wire.RUNTIME_KYMA_FINALIZER]
-        if current is not None:  # conditional: a channel a user set meanwhile is not overwritten with what we read
-            metadata["resourceVersion"] = current["metadata"]["resourceVersion"]
-        applied = await cluster.apply(
-            {"apiVersion": RUNTIME_REF.api_version, "kind": self.kind, "metadata": metadata, "spec": desired_spec}
+        # Over the Kyma as read: a channel a user set meanwhile is not overwritten with what we read, and a Kyma
+        # someone else created meanwhile (lifecycle-manager) is refused, not marked ours to finalize and remove.
+        applied = await cluster.write_as_read(
+            {"apiVersion": RUNTIME_REF.api_version, "kind": self.kind, "metadata": metadata, "spec": desired_spec},
+            current,
         )
         status = kyma.get("status")
         if status and applied.get("status") != status:
@@ -114,7 +116,11 @@ class KymaController(per_runtime.PerRuntimeController):
                 {
                     "apiVersion": RUNTIME_REF.api_version,
                     "kind": self.kind,
-                    "metadata": {"name": RUNTIME_NAME, "namespace": RUNTIME_NAMESPACE},
+                    "metadata": {
+                        "name": RUNTIME_NAME,
+                        "namespace": RUNTIME_NAMESPACE,
+                        "resourceVersion": applied["metadata"]["resourceVersion"],  # the Kyma just written, no other
+                    },
                     "status": status,
                 },
                 subresource="status",

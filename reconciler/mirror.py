@@ -8,8 +8,14 @@ generation), so a KCP-side manager can work on it and set its status. The reconc
 - keeps a finalizer on the runtime object, so a user's deletion waits until KCP is cleaned up;
 - applies the object's spec to the mirror — never an older one: a mirror recording a newer
   generation of the same source is left alone, so redelivered or reordered events cannot roll
-  it back (and every reconcile re-reads the source anyway instead of trusting the event);
-- writes the mirror's status back to the runtime object's status subresource;
+  it back (and every reconcile re-reads the source anyway instead of trusting the event); each
+  write is made over the mirror as read (created where missing, else conditional on its
+  resourceVersion), so two passes (replicas handing over) cannot interleave into a rollback;
+- replaces a mirror of an earlier object of the same name (another uid: it went while our
+  finalizer was stripped) instead of applying over it, so the new object never gets the earlier
+  one's status;
+- writes the mirror's status back to the runtime object's status subresource, conditional on the
+  object as read;
 - on deletion in the runtime deletes the mirror (as it was read), then releases the runtime object.
 """
 
@@ -30,6 +36,8 @@ SOURCE_UID = "kyma-project.io/source-uid"
 SOURCE_NAMESPACE = "kyma-project.io/source-namespace"
 SOURCE_NAME = "kyma-project.io/source-name"
 SOURCE_GENERATION = "kyma-project.io/source-generation"
+EARLIER_MIRROR_WAIT_SECONDS = 5.0
+"""How soon a pass comes back to a mirror of an earlier object still being deleted (its manager's finalizers)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,20 +155,30 @@ class MirrorController(controller.Controller[Key]):
             if source is not None and await self._kcp.get(mirror_ref) is None:
                 await runtime_objects.set_finalizer(source, FINALIZER, present=False)
             return workqueue.Result()
-        await runtime_objects.set_finalizer(source, FINALIZER, present=True)
+        source = await runtime_objects.set_finalizer(source, FINALIZER, present=True)
         await self._ensure_namespace(mirror_ref.namespace or "")
         mirror = await self._kcp.get(mirror_ref)
+        if mirror is not None and _mirrors_another(mirror, source):
+            # An earlier object of this name went without us (our finalizer stripped): its mirror's status is that
+            # object's. The mirror goes (its manager cleans up after it) and this object's starts without one.
+            await self._kcp.delete(mirror_ref, preconditions=kube.Preconditions(mirror["metadata"]["uid"]))
+            log.info(
+                "mirror of an earlier object of the name deleted", extra={"runtime": key.runtime, "object": str(key)}
+            )
+            if await self._kcp.get(mirror_ref) is not None:
+                return workqueue.Result(requeue_after=EARLIER_MIRROR_WAIT_SECONDS)
+            mirror = None
         if not _newer_recorded(mirror, source):
-            mirror = await self._kcp.apply(self._mirror_of(key.runtime, source, mirror_ref))
+            mirror = await self._kcp.write_as_read(self._mirror_of(key.runtime, source, mirror_ref), mirror)
         status = (mirror or {}).get("status")
         if status and status != source.get("status"):
+            identity = {
+                "name": key.name,
+                **({"namespace": key.namespace} if key.namespace else {}),
+                "resourceVersion": source["metadata"]["resourceVersion"],  # the object mirrored, no other
+            }
             await runtime_objects.apply(
-                {
-                    "apiVersion": api_version,
-                    "kind": kind.kind,
-                    "metadata": {"name": key.name, **({"namespace": key.namespace} if key.namespace else {})},
-                    "status": status,
-                },
+                {"apiVersion": api_version, "kind": kind.kind, "metadata": identity, "status": status},
                 subresource="status",
             )
         return workqueue.Result()
@@ -188,6 +206,12 @@ class MirrorController(controller.Controller[Key]):
         if namespace not in self._namespaces:
             await kube.ensure_namespace(self.shared.kcp, namespace)
             self._namespaces.add(namespace)
+
+
+def _mirrors_another(mirror: dict[str, Any], source: dict[str, Any]) -> bool:
+    """Whether the mirror is of an earlier object of the source's name (another uid)."""
+    recorded = (mirror["metadata"].get("annotations") or {}).get(SOURCE_UID)
+    return recorded is not None and recorded != source["metadata"]["uid"]
 
 
 def _newer_recorded(mirror: dict[str, Any] | None, source: dict[str, Any]) -> bool:

@@ -6,7 +6,9 @@ carries that label "true" (a copy is removed when the runtime's label goes).
 
 Write-only: the runtime copy is applied forced, so edits there are reverted on the next pass
 (a watcher event about the copy, or the resync); a template deleted in KCP is deleted from every
-runtime. Only copies carrying our synced-by label are ever deleted, each with the uid and
+runtime. Every write is made over the copy as read (created where missing, applied conditional on
+its resourceVersion), so a template someone else creates or puts in its place meanwhile is never
+taken over: the write is refused and the next pass finds it not ours. Only copies carrying our synced-by label are ever deleted, each with the uid and
 resourceVersion it was seen with. Its own control loop, disabled by configuration; fan-out is
 bounded by the worker count.
 """
@@ -62,13 +64,13 @@ class ModuleTemplateController(per_runtime.PerRuntimeController):
             if _meant_for(template, kyma_labels)
         }
         for name, copy in wanted.items():
-            if name not in present and await cluster.get(objects.Ref.of(copy)) is not None:
+            live = present.get(name)
+            if live is None and await cluster.get(objects.Ref.of(copy)) is not None:
                 continue  # a template of that name someone else put there: not ours to overwrite
-            live = present.get(name) or {"metadata": {}}
             labelled = {field: value for field in ("labels", "annotations") if (value := copy["metadata"][field])}
-            if live.get("spec") == copy["spec"] and diff.carries(live["metadata"], labelled):
+            if live is not None and live.get("spec") == copy["spec"] and diff.carries(live["metadata"], labelled):
                 continue
-            await cluster.apply(copy)
+            await cluster.write_as_read(copy, live)  # one someone else created or replaced meanwhile is left alone
         for name in set(present) - set(wanted):
             live = present[name]["metadata"]
             await cluster.delete(

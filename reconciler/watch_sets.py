@@ -115,13 +115,14 @@ class WatchSetController(per_runtime.RuntimeKeyed):
         for ref, found in zip(OBJECTS, live, strict=True):
             if found is not None and not ours(found):
                 raise kube.ConflictError(409, f"{ref.kind} {ref.name} exists and is not kyma-sync's: not taken over")
-        current = live[2]
-        if all(live) and (current or {}).get("data", {}).get(watch_sets.DATA_KEY) == watch_set.encode():
+        role, binding, config_map = live
+        if all(live) and (config_map or {}).get("data", {}).get(watch_sets.DATA_KEY) == watch_set.encode():
             return
         await kube.ensure_namespace(cluster.api, watch_sets.NAMESPACE)
-        # RBAC first: the watcher must be allowed to watch a resource before it is told to.
+        # RBAC first: the watcher must be allowed to watch a resource before it is told to. Each written over what
+        # was read: one someone else created or replaced meanwhile is refused (409), never taken over.
         rules = sorted({(w.group, w.resource) for w in watch_set.watches})
-        await cluster.apply(
+        await cluster.write_as_read(
             {
                 "apiVersion": _RBAC,
                 "kind": "ClusterRole",
@@ -130,9 +131,10 @@ class WatchSetController(per_runtime.RuntimeKeyed):
                     {"apiGroups": [group], "resources": [resource], "verbs": ["get", "list", "watch"]}
                     for group, resource in rules
                 ],
-            }
+            },
+            role,
         )
-        await cluster.apply(
+        await cluster.write_as_read(
             {
                 "apiVersion": _RBAC,
                 "kind": "ClusterRoleBinding",
@@ -145,9 +147,10 @@ class WatchSetController(per_runtime.RuntimeKeyed):
                         "namespace": watch_sets.NAMESPACE,
                     }
                 ],
-            }
+            },
+            binding,
         )
-        await cluster.apply(
+        await cluster.write_as_read(
             {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
@@ -157,7 +160,8 @@ class WatchSetController(per_runtime.RuntimeKeyed):
                     "labels": {wire.SYNCED_LABEL: wire.SYNCED_VALUE},
                 },
                 "data": {watch_sets.DATA_KEY: watch_set.encode()},
-            }
+            },
+            config_map,
         )
         log.info("watch set written", extra={"revision": watch_set.revision, "watches": len(watch_set.watches)})
 

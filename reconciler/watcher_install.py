@@ -73,7 +73,7 @@ class WatcherInstallController(per_runtime.RuntimeKeyed):
                 raise NotOursError(f"{wanted['kind']}/{wanted['metadata']['name']} exists and is not kyma-sync's")
             if live is not None and diff.carries(live, wanted):
                 continue
-            await cluster.apply(wanted)
+            await cluster.write_as_read(wanted, live)  # one someone else created meanwhile is refused, not taken over
             written.append(f"{wanted['kind']}/{wanted['metadata']['name']}")
         other = "DaemonSet" if self._config.kind == "Deployment" else "Deployment"
         replaced = objects.Ref("apps/v1", other, watcher_objects.NAMESPACE, watcher_objects.NAME)

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -10,9 +11,10 @@ import pytest
 from clients import kube
 from contract import wire
 from devenv import landscape as landscape_mod
-from reconciler import crds
+from reconciler import crds, kyma_sync
 
-from ..waiting import eventually, reconciles
+from ..waiting import eventually, more_reconciles, reconciles
+from . import admission
 from .conftest import Kcp
 
 pytestmark = pytest.mark.integration
@@ -199,4 +201,44 @@ async def test_a_runtime_kyma_someone_else_created_is_synced_but_never_finalized
         assert not await _has_finalizer(kcp, "skr-2")
         await kube.request(kcp.api, "DELETE", KCP_KYMA)
         await asyncio.sleep(2)  # passes run every second: time for a wrong removal to happen
+        assert await _skr_kyma(kcp, "skr-2") is not None, "not ours to remove"
+
+
+async def test_a_runtime_kyma_someone_else_creates_first_is_never_taken_over(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """lifecycle-manager creates its runtime Kyma between the reconciler's read (none there) and its write: the write
+    is refused (it is a create), and theirs is then synced as any Kyma found there: KCP's modules, never our
+    finalizer or created-by mark, and it stays when KCP's Kyma goes (a forced apply took it over as ours)."""
+    skr = kcp.skrs["skr-2"]
+    await crds.install_if_absent(skr, [crds.kyma_crd()])
+    await kube.ensure_namespace(skr, "kyma-system")
+
+    async def theirs_first(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+        theirs = {
+            "apiVersion": crds.KYMA.api_version,
+            "kind": "Kyma",
+            "metadata": {"name": "default", "namespace": "kyma-system"},
+            "spec": {"channel": "fast"},
+        }
+        await kube.request(api, "POST", crds.KYMA.path("kyma-system"), body=theirs)
+
+    await kube.request(kcp.api, "PATCH", KCP_KYMA, body={"spec": {"modules": [{"name": "keda"}]}}, content_type=MERGE)
+    async with (
+        admission.racing_admission(
+            skr,
+            label=uuid.uuid4().hex[:8],
+            race=theirs_first,
+            rule=admission.operations_on(crds.KYMA, "CREATE"),
+            selector={wire.SYNCED_LABEL: wire.SYNCED_VALUE},
+        ) as raced,
+        run_controller(kyma={"enabled": True, "resync_seconds": 1}) as running,
+    ):
+        await eventually(lambda: _equals(skr_modules(kcp), {"keda"}), what="KCP's modules in theirs")
+        assert raced == ["default"], "the create raced"
+        theirs = await _skr_kyma(kcp, "skr-2") or {}
+        assert not await _has_finalizer(kcp, "skr-2") and theirs["spec"]["channel"] == "fast"
+        assert kyma_sync.CREATED_BY_ANNOTATION not in (theirs["metadata"].get("annotations") or {})
+        await kube.request(kcp.api, "DELETE", KCP_KYMA)
+        await more_reconciles(running.shared.registry, "kyma", 3)
         assert await _skr_kyma(kcp, "skr-2") is not None, "not ours to remove"

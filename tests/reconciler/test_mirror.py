@@ -1,6 +1,7 @@
 """SKR -> KCP mirror of VpcPeerings: mirrored, status back, deletion waits for KCP, no rollbacks."""
 
 import asyncio
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,8 @@ from devenv import landscape as landscape_mod
 from devenv import standins
 from reconciler import crds, mirror
 
-from ..waiting import eventually
+from ..waiting import eventually, more_reconciles
+from . import admission
 from .conftest import Kcp
 
 pytestmark = pytest.mark.integration
@@ -161,3 +163,93 @@ async def test_vpc_peering_is_mirrored_gets_status_and_is_cleaned_up(
 
 async def _greater(value: float, than: float) -> bool:
     return value > than
+
+
+async def test_a_new_object_of_a_mirrored_name_never_gets_the_status_of_the_one_before(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A VpcPeering's mirror has its status (peering made). While the reconciler is down, a user strips our finalizer,
+    deletes the object and creates another of the same name for another VPC. After the restart the mirror of the
+    earlier object is replaced, not applied over: the new object never shows the earlier peering's status as its
+    own (it did: the old mirror's status flowed back to it)."""
+    for api in (kcp.api, *kcp.skrs.values()):
+        await crds.install(api, [crds.vpc_peering_crd()])
+    skr = kcp.skrs["skr-1"]
+    source_path = crds.VPC_PEERING.object_path(kcp.runtime_namespace, "peer-reused")
+    mirror_path = crds.VPC_PEERING.object_path("mirror-skr-1", f"{kcp.runtime_namespace}.peer-reused")
+    mirroring = {"mirror": {"enabled": True, "resync_seconds": 1}}
+    async with run_controller(**mirroring):
+        await kube.request(
+            skr, "POST", crds.VPC_PEERING.path(kcp.runtime_namespace), body=peering(kcp, "peer-reused", "vpc-1")
+        )
+        await eventually(lambda: _exists(kcp.api, mirror_path), what="mirrored")
+        await kube.merge_patch(kcp.api, f"{mirror_path}/status", {"status": {"peeringId": "pcx-vpc-1"}})
+        await eventually(lambda: _status_is(skr, source_path, {"peeringId": "pcx-vpc-1"}), what="status back")
+    await kube.merge_patch(skr, source_path, {"metadata": {"finalizers": None}})
+    await kube.request(skr, "DELETE", source_path)
+    again = await kube.request(
+        skr, "POST", crds.VPC_PEERING.path(kcp.runtime_namespace), body=peering(kcp, "peer-reused", "vpc-9")
+    )
+    async with run_controller(**mirroring) as running:
+
+        async def mirrors_the_new_one() -> bool:
+            found = await kube.get_or_none(kcp.api, mirror_path)
+            annotations = (found or {"metadata": {}})["metadata"].get("annotations") or {}
+            return bool(annotations.get(mirror.SOURCE_UID) == again["metadata"]["uid"])
+
+        await eventually(mirrors_the_new_one, what="the new object mirrored")
+        await more_reconciles(running.shared.registry, "mirror", 3)
+        assert (await kube.request(skr, "GET", source_path)).get("status") is None
+        assert (await kube.request(kcp.api, "GET", mirror_path))["spec"] == {"remoteVpc": "vpc-9"}
+    await kube.merge_patch(skr, source_path, {"metadata": {"finalizers": None}})
+    await kube.request(skr, "DELETE", source_path)
+
+
+async def test_a_status_flows_back_only_to_the_object_mirrored(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
+    """Between the reconciler's read of a VpcPeering and its write of the mirror's status back, a user strips our
+    finalizer, deletes the object and creates another of the name: the status write is refused (it is conditional
+    on the object read), and the new object never shows the earlier peering's status (it did: written by name)."""
+    for api in (kcp.api, *kcp.skrs.values()):
+        await crds.install(api, [crds.vpc_peering_crd()])
+    skr, label = kcp.skrs["skr-1"], uuid.uuid4().hex[:8]
+    source_path = crds.VPC_PEERING.object_path(kcp.runtime_namespace, "peer-raced")
+    mirror_path = crds.VPC_PEERING.object_path("mirror-skr-1", f"{kcp.runtime_namespace}.peer-raced")
+    labelled = {
+        **peering(kcp, "peer-raced", "vpc-1"),
+        "metadata": {**peering(kcp, "peer-raced", "vpc-1")["metadata"], "labels": {"race": label}},
+    }
+    replaced: list[dict[str, Any]] = []
+
+    async def replace(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+        await kube.merge_patch(api, source_path, {"metadata": {"finalizers": None}})
+        await kube.request(api, "DELETE", source_path)
+        again = {**labelled, "spec": {"remoteVpc": "vpc-9"}}
+        replaced.append(await kube.request(api, "POST", crds.VPC_PEERING.path(kcp.runtime_namespace), body=again))
+
+    async with run_controller(mirror={"enabled": True, "resync_seconds": 1}) as running:
+        await kube.request(skr, "POST", crds.VPC_PEERING.path(kcp.runtime_namespace), body=labelled)
+        await eventually(lambda: _exists(kcp.api, mirror_path), what="mirrored")
+        async with admission.racing_admission(
+            skr,
+            label=label,
+            race=replace,
+            rule=admission.operations_on(crds.VPC_PEERING, "UPDATE", subresource="status"),
+        ) as raced:
+            await kube.merge_patch(kcp.api, f"{mirror_path}/status", {"status": {"peeringId": "pcx-vpc-1"}})
+            await eventually(lambda: raced == ["peer-raced"], what="the status write raced")
+            await more_reconciles(running.shared.registry, "mirror", 3)
+        [again] = replaced
+        found = await kube.request(skr, "GET", source_path)
+        assert found["metadata"]["uid"] == again["metadata"]["uid"]
+        assert found.get("status") is None, "the earlier peering's status is not the new object's"
+    await kube.merge_patch(skr, source_path, {"metadata": {"finalizers": None}})
+    await kube.request(skr, "DELETE", source_path)
+
+
+async def _exists(api: kube.ApiClient, path: str) -> bool:
+    return await kube.get_or_none(api, path) is not None
+
+
+async def _status_is(api: kube.ApiClient, path: str, status: dict[str, Any]) -> bool:
+    found = await kube.get_or_none(api, path)
+    return found is not None and bool(found.get("status") == status)

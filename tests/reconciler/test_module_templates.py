@@ -10,7 +10,8 @@ from clients import kube
 from contract import wire
 from reconciler import crds
 
-from ..waiting import eventually
+from ..waiting import eventually, more_reconciles
+from . import admission
 from .conftest import Kcp, label_kyma
 
 pytestmark = pytest.mark.integration
@@ -26,18 +27,17 @@ async def template_in(kcp: Kcp, runtime: str, name: str) -> dict[str, Any] | Non
         return None
 
 
-async def create_template(kcp: Kcp, name: str, version: str) -> None:
-    await kube.request(
-        kcp.api,
-        "POST",
-        KCP_PATH,
-        body={
-            "apiVersion": "operator.kyma-project.io/v1beta2",
-            "kind": "ModuleTemplate",
-            "metadata": {"name": name, "namespace": "kcp-system"},
-            "spec": {"moduleName": "keda", "version": version},
-        },
-    )
+def template(name: str, namespace: str, version: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": crds.MODULE_TEMPLATE.api_version,
+        "kind": "ModuleTemplate",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {"moduleName": "keda", "version": version},
+    }
+
+
+async def create_template(kcp: Kcp, name: str, version: str, labels: dict[str, str] | None = None) -> None:
+    await kube.request(kcp.api, "POST", KCP_PATH, body=template(name, "kcp-system", version, labels))
 
 
 async def test_templates_reach_every_runtime_edits_revert_deletions_follow(
@@ -140,6 +140,40 @@ async def test_copies_keep_labels_and_annotations_and_beta_or_internal_go_only_w
         await label_kyma(kcp.api, "skr-2", {wire.BETA_LABEL: None})
         for name in (plain, beta, internal):
             await kube.delete(kcp.api, f"{KCP_PATH}/{name}")
+
+
+async def test_a_template_someone_else_creates_first_in_a_runtime_is_never_taken_over(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """Someone else creates a ModuleTemplate of a KCP template's name in a runtime between the reconciler's read
+    (absent) and its write: the write is refused (it is a create), and theirs is left as it is, without our synced-by
+    label, so deleting the KCP template later does not delete theirs (a forced apply took it over, and the deletion
+    followed)."""
+    label = uuid.uuid4().hex[:8]
+    name = f"raced-{label}"
+    created = admission.operations_on(crds.MODULE_TEMPLATE, "CREATE")
+
+    async def theirs_first(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+        theirs = template(name, "kyma-system", "theirs", {"race": label})
+        await kube.request(api, "POST", RUNTIME_PATH, body=theirs)
+
+    async with (
+        run_controller(
+            module_templates={"enabled": True, "resync_seconds": 1, "runtime_crds": "create-if-absent"}
+        ) as running,
+        admission.racing_admission(kcp.skrs["skr-1"], label=label, race=theirs_first, rule=created) as raced,
+    ):
+        await create_template(kcp, name, "1.0.0", {"race": label})
+        await eventually(lambda: _present(kcp, "skr-2", name), what="copied where nobody raced")
+        await eventually(lambda: raced == [name], what="the copy's create raced")
+        await more_reconciles(running.shared.registry, "module_templates", 4)
+        theirs = await template_in(kcp, "skr-1", name) or {}
+        assert theirs["spec"]["version"] == "theirs" and wire.SYNCED_LABEL not in theirs["metadata"]["labels"]
+        await kube.request(kcp.api, "DELETE", f"{KCP_PATH}/{name}")
+        await eventually(lambda: _absent(kcp, "skr-2", name), what="our copy deleted with the template")
+        await more_reconciles(running.shared.registry, "module_templates", 4)
+        assert await _present(kcp, "skr-1", name), "theirs is not ours to delete"
+    await kube.delete(kcp.skrs["skr-1"], f"{RUNTIME_PATH}/{name}")
 
 
 async def _present(kcp: Kcp, runtime: str, name: str) -> bool:

@@ -12,10 +12,11 @@ from clients import kube
 from contract import wire
 from devenv import net
 from pki import kubeconfigs, pki
-from reconciler import crds, settings, watcher_objects
+from reconciler import crds, settings, watch_sets, watcher_objects
 from watcher import config as watcher_config
 
-from ..waiting import eventually
+from ..waiting import eventually, more_reconciles
+from . import admission
 from .conftest import Kcp, register_runtime
 
 pytestmark = pytest.mark.integration
@@ -144,6 +145,49 @@ async def test_a_watcher_installed_by_someone_else_is_left_alone(kcp: Kcp, run_c
             assert live["rules"] == [theirs]
     finally:
         await kube.delete(skr, role)
+
+
+CLUSTER_ROLES = kube.Gvr("rbac.authorization.k8s.io", "v1", "clusterroles")
+
+
+@pytest.mark.parametrize(
+    ("controller", "section", "role"),
+    [
+        ("watcher_install", INSTALL, watcher_objects.NAME),
+        ("watch_sets", {"enabled": True, "resync_seconds": 1}, watch_sets.ROLE),
+    ],
+)
+async def test_a_cluster_role_someone_else_creates_first_is_never_taken_over(
+    kcp: Kcp, run_controller: Callable[..., Any], controller: str, section: dict[str, Any], role: str
+) -> None:
+    """Someone else creates a ClusterRole of the name the reconciler is about to create in a runtime, between its
+    read (absent) and its write: the write is refused (it is a create), and theirs keeps its rules and gets no
+    synced-by label (a forced apply rewrote its rules and marked it ours, to be removed with the Kyma)."""
+    skr = kcp.skrs["skr-1"]
+    await kube.delete(skr, CLUSTER_ROLES.object_path(None, role))  # ours, from an earlier test: to be created now
+    theirs = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
+
+    async def theirs_first(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+        body = {"metadata": {"name": obj["metadata"]["name"]}, "rules": [theirs]}
+        await kube.request(api, "POST", CLUSTER_ROLES.path(), body=body)
+
+    try:
+        async with (
+            admission.racing_admission(
+                skr,
+                label=uuid.uuid4().hex[:8],
+                race=theirs_first,
+                rule=admission.operations_on(CLUSTER_ROLES, "CREATE"),
+                selector={wire.SYNCED_LABEL: wire.SYNCED_VALUE},
+            ) as raced,
+            run_controller(**{controller: section}) as running,
+        ):
+            await eventually(lambda: raced == [role], what="the create raced")
+            await more_reconciles(running.shared.registry, controller, 4)
+            live = await kube.request(skr, "GET", CLUSTER_ROLES.object_path(None, role))
+            assert live["rules"] == [theirs] and wire.SYNCED_LABEL not in (live["metadata"].get("labels") or {})
+    finally:
+        await kube.delete(skr, CLUSTER_ROLES.object_path(None, role))
 
 
 def _watcher_state(kyma: dict[str, Any]) -> dict[str, str]:
