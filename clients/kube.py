@@ -26,9 +26,9 @@ import json
 import socket
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import yaml
@@ -73,6 +73,32 @@ class ConflictError(ApiError):
 
 class ExpiredError(ApiError):
     pass
+
+
+CONFLICT_ATTEMPTS = 3
+"""Reads and conditional writes of one object in one pass, when another writer keeps changing it in between."""
+
+
+_Result = TypeVar("_Result")
+
+
+async def on_conflict_again(
+    attempt: Callable[[], Awaitable[_Result]], *, retried: Callable[[ConflictError], None] | None = None
+) -> _Result:
+    """``attempt`` (a read, a decision on what it read, a write conditional on it) run again at once when its write
+    was refused because another writer changed the object since the read (409), up to CONFLICT_ATTEMPTS times, the
+    last conflict raised: client-go's RetryOnConflict without its pause. A reconcile that loses such a race to a
+    user or another controller decides again on what is there instead of failing to its backoff. ``retried``
+    hears of each conflict tried again."""
+    for tries in range(1, CONFLICT_ATTEMPTS + 1):
+        try:
+            return await attempt()
+        except ConflictError as exc:
+            if tries == CONFLICT_ATTEMPTS:
+                raise
+            if retried is not None:
+                retried(exc)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 class ThrottledError(ApiError):

@@ -2,7 +2,8 @@
 
 A create (POST) is recorded as an Update, and what an Update set is never removed by a later server-side apply of
 the same manager that leaves it out: the apiserver sees another owner of it. kubectl's csaupgrade moves such
-ownership into the Apply entry by rewriting managedFields; ``as_applied`` computes the rewrite.
+ownership into the Apply entry by rewriting managedFields; ``as_applied`` computes the rewrite. FieldsV1 is a tree:
+a field is a key, its children the keys of its value, an empty value a field owned as a leaf.
 """
 
 from typing import Any
@@ -14,23 +15,60 @@ def _of(entry: dict[str, Any], manager: str, operation: str) -> bool:
 
 
 def _union(left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:
-    """Two FieldsV1 sets as one (nested: a field is a key, its children the keys of its value)."""
     merged = dict(left)
     for key, value in right.items():
         merged[key] = _union(merged[key], value) if key in merged else value
     return merged
 
 
-def as_applied(entries: list[dict[str, Any]], manager: str) -> list[dict[str, Any]] | None:
-    """``entries`` with ``manager``'s Update entries folded into its Apply entry (made if missing), or None when
-    there is nothing to fold, or when they are of different apiVersions (field paths of one version are not
-    another's: left as they are, the object keeps extra fields, never fewer)."""
+def _common(left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:
+    """The fields in both (a field a leaf in one and a parent in the other is in neither: left where it is)."""
+    common: dict[str, Any] = {}
+    for key, value in left.items():
+        if key not in right:
+            continue
+        if not value and not right[key]:
+            common[key] = {}
+        elif value and right[key] and (below := _common(value, right[key])):
+            common[key] = below
+    return common
+
+
+def _without(left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:
+    """The fields of ``left`` not in ``right``."""
+    rest: dict[str, Any] = {}
+    for key, value in left.items():
+        if key not in right or (value and not right[key]):
+            rest[key] = value
+        elif value and (below := _without(value, right[key])):
+            rest[key] = below
+    return rest
+
+
+def created_fields(entries: list[dict[str, Any]], manager: str) -> dict[str, Any]:
+    """What ``manager``'s create set, from the managedFields of the object as the create answered it."""
+    return next((e.get("fieldsV1") or {} for e in entries if _of(e, manager, "Update")), {})
+
+
+def as_applied(entries: list[dict[str, Any]], manager: str, created: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """``entries`` with the fields of ``created`` still in ``manager``'s Update entry moved into its Apply entry
+    (made if missing); whatever else the Update entry holds stays (a later merge patch of the same manager, e.g.
+    a finalizer another of our controllers added: applies must not remove it). None when nothing is left to
+    move, or the entries are of different apiVersions (field paths of one version are not another's: left as they
+    are, the object keeps extra fields, never fewer)."""
     updates = [e for e in entries if _of(e, manager, "Update")]
     applied = [e for e in entries if _of(e, manager, "Apply")]
-    if not updates or len({e.get("apiVersion") for e in [*applied, *updates]}) > 1:
+    if len(updates) != 1 or len({e.get("apiVersion") for e in [*applied, *updates]}) > 1:
         return None
-    fields: dict[str, Any] = {}
-    for entry in [*applied, *updates]:
-        fields = _union(fields, entry.get("fieldsV1") or {})
-    folded = {**(applied or updates)[0], "operation": "Apply", "fieldsV1": fields}
-    return [*(e for e in entries if not _of(e, manager, "Update") and not _of(e, manager, "Apply")), folded]
+    [update] = updates
+    moved = _common(update.get("fieldsV1") or {}, created)
+    if not moved:
+        return None
+    kept = _without(update.get("fieldsV1") or {}, moved)
+    folded = {
+        **(applied or updates)[0],
+        "operation": "Apply",
+        "fieldsV1": _union(applied[0].get("fieldsV1") or {} if applied else {}, moved),
+    }
+    others = [e for e in entries if not _of(e, manager, "Update") and not _of(e, manager, "Apply")]
+    return [*others, *([{**update, "fieldsV1": kept}] if kept else []), folded]

@@ -110,13 +110,19 @@ class ClusterObjects:
         return await self._owned_as_applied(created)
 
     async def _owned_as_applied(self, created: dict[str, Any]) -> dict[str, Any]:
-        """``created``, its fields moved from the Update entry the create made to our Apply entry
-        (``managed_fields.as_applied``), conditional on the object as read. A write in between (a controller adding
-        a finalizer) costs a read and another try while it is still the object created; one replaced or gone, or
-        OWNERSHIP_ATTEMPTS conflicts, leave it as it is: extra fields kept, never fewer, said in a warning."""
+        """``created``, what the create set (fields the apiserver defaulted included: set again when removed) moved
+        from the Update entry the create made to our Apply entry (``managed_fields.as_applied``), conditional on the
+        object as read. A write in between (a controller adding a finalizer) costs a read and another try while it
+        is still the object created; only the create's own fields move, never what our other writes set since.
+        The object replaced or gone meanwhile is returned as created (whoever wrote it next judges it); after
+        OWNERSHIP_ATTEMPTS conflicts, or the hand-over refused (a policy denying updates), it is left as it is with
+        a warning: extra fields kept, never fewer."""
         ref, current = Ref.of(created), created
+        fields = managed_fields.created_fields(created["metadata"].get("managedFields") or [], self.field_manager)
         for _ in range(OWNERSHIP_ATTEMPTS):
-            entries = managed_fields.as_applied(current["metadata"].get("managedFields") or [], self.field_manager)
+            entries = managed_fields.as_applied(
+                current["metadata"].get("managedFields") or [], self.field_manager, fields
+            )
             if entries is None:
                 return current
             changes = {"resourceVersion": current["metadata"]["resourceVersion"], "managedFields": entries}
@@ -126,11 +132,30 @@ class ClusterObjects:
                 current = await self.get(ref) or {"metadata": {}}
                 if current["metadata"].get("uid") != created["metadata"]["uid"]:
                     return created
+            except kube.NotFoundError:
+                return created
+            except kube.KubeError as exc:
+                why = str(exc)
+                break
+        else:
+            why = f"it changed on each of {OWNERSHIP_ATTEMPTS} attempts"
         log.warning(
-            "fields of a created object stay owned by its create: an apply leaving one out will not remove it",
+            "a created object's fields stay owned by its create (an apply leaving one out keeps it): %s",
+            why,
             extra={"object": str(ref)},
         )
         return current
+
+    async def write_as_read(self, obj: dict[str, Any], read: dict[str, Any] | None) -> dict[str, Any]:
+        """``obj`` written over the object as it was ``read``: created when it was missing, else applied conditional
+        on the read's resourceVersion. ConflictError when another writer created, changed or replaced it in between,
+        so what was decided on the read (missing, ours, drifted) never lands on an object it was not decided on;
+        one only deleted in between is created again (an apply creates whatever its resourceVersion), as the next
+        pass would create a missing one."""
+        if read is None:
+            return await self.create(obj)
+        metadata = {**obj["metadata"], "resourceVersion": read["metadata"]["resourceVersion"]}
+        return await self.apply({**obj, "metadata": metadata})
 
     async def apply(
         self, obj: dict[str, Any], *, subresource: str | None = None, dry_run: bool = False
@@ -140,15 +165,6 @@ class ClusterObjects:
         return await kube.apply(
             self.api, path, self._placed(obj, namespace), field_manager=self.field_manager, dry_run=dry_run
         )
-
-    async def write_as_read(self, obj: dict[str, Any], read: dict[str, Any] | None) -> dict[str, Any]:
-        """``obj`` written over the object as it was ``read``: created when it was missing, else applied conditional
-        on the read's resourceVersion. ConflictError when another writer created or changed it in between, so what
-        was decided on the read (missing, ours, drifted) never lands on an object it was not decided on."""
-        if read is None:
-            return await self.create(obj)
-        metadata = {**obj["metadata"], "resourceVersion": read["metadata"]["resourceVersion"]}
-        return await self.apply({**obj, "metadata": metadata})
 
     async def merge_patch(self, ref: Ref, patch: dict[str, Any]) -> dict[str, Any]:
         path, _ = await self._path(ref)

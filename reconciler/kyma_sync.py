@@ -61,8 +61,12 @@ class KymaController(per_runtime.PerRuntimeController):
                     await self._remove(handle.objects, runtime)
                     return workqueue.Result()
                 await self.prepare(handle, definitions=[crds.kyma_crd()], namespace=RUNTIME_NAMESPACE)
-                current = await self._let_a_deleted_one_go(handle.objects)
-                applied = await self._sync(handle.objects, kyma, current)
+
+                async def converge() -> dict[str, Any]:  # read, decided and written again if another writer got there
+                    current = await self._let_a_deleted_one_go(handle.objects)
+                    return await self._sync(handle.objects, kyma, current)
+
+                applied = await kube.on_conflict_again(converge)
                 await self._report_union(kyma, applied)
         except runtime_clients.RuntimeUnavailableError as exc:
             return workqueue.Result() if kyma is None else self.failed(runtime, exc)  # gone and unreachable: done

@@ -20,6 +20,7 @@ generation), so a KCP-side manager can work on it and set its status. The reconc
 """
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -123,7 +124,8 @@ class MirrorController(controller.Controller[Key]):
             async with self.shared.clients.use(key.runtime) as handle:
                 if isinstance(key, RuntimeKey):
                     return await self._list_runtime(handle.objects, key.runtime)
-                return await self._reconcile_object(handle.objects, key)
+                # Read, decided and written again at once if another writer got there between our read and write.
+                return await kube.on_conflict_again(functools.partial(self._reconcile_object, handle.objects, key))
         except (runtime_clients.RuntimeUnavailableError, kube.KubeError, objects.UnknownKindError) as exc:
             return workqueue.Result.failed(str(exc))
 
@@ -161,11 +163,11 @@ class MirrorController(controller.Controller[Key]):
         if mirror is not None and _mirrors_another(mirror, source):
             # An earlier object of this name went without us (our finalizer stripped): its mirror's status is that
             # object's. The mirror goes (its manager cleans up after it) and this object's starts without one.
-            await self._kcp.delete(mirror_ref, preconditions=kube.Preconditions(mirror["metadata"]["uid"]))
-            log.info(
-                "mirror of an earlier object of the name deleted", extra={"runtime": key.runtime, "object": str(key)}
-            )
+            if not mirror["metadata"].get("deletionTimestamp"):
+                await self._kcp.delete(mirror_ref, preconditions=kube.Preconditions(mirror["metadata"]["uid"]))
+                log.info("mirror of an earlier object of the name deleted", extra={"object": str(key)})
             if await self._kcp.get(mirror_ref) is not None:
+                log.info("waiting for the mirror of an earlier object of the name to go", extra={"object": str(key)})
                 return workqueue.Result(requeue_after=EARLIER_MIRROR_WAIT_SECONDS)
             mirror = None
         if not _newer_recorded(mirror, source):

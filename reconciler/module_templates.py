@@ -8,11 +8,12 @@ Write-only: the runtime copy is applied forced, so edits there are reverted on t
 (a watcher event about the copy, or the resync); a template deleted in KCP is deleted from every
 runtime. Every write is made over the copy as read (created where missing, applied conditional on
 its resourceVersion), so a template someone else creates or puts in its place meanwhile is never
-taken over: the write is refused and the next pass finds it not ours. Only copies carrying our synced-by label are ever deleted, each with the uid and
-resourceVersion it was seen with. Its own control loop, disabled by configuration; fan-out is
-bounded by the worker count.
+taken over: the write is refused, and the pass reads again at once and finds it not ours. Only
+copies carrying our synced-by label are ever deleted, each with the uid and resourceVersion it was
+seen with. Its own control loop, disabled by configuration; fan-out is bounded by the worker count.
 """
 
+import functools
 from typing import Any
 
 from clients import informer, kube, objects
@@ -45,7 +46,8 @@ class ModuleTemplateController(per_runtime.PerRuntimeController):
         try:
             async with self.shared.clients.use(runtime) as handle:
                 await self.prepare(handle, definitions=[crds.module_template_crd()], namespace=RUNTIME_NAMESPACE)
-                await self._sync(handle.objects, kyma_labels=(kyma["metadata"].get("labels") or {}))
+                labels = kyma["metadata"].get("labels") or {}
+                await kube.on_conflict_again(functools.partial(self._sync, handle.objects, kyma_labels=labels))
         except (runtime_clients.RuntimeUnavailableError, kube.KubeError, objects.UnknownKindError) as exc:
             return self.failed(runtime, exc)
         return workqueue.Result()
@@ -70,7 +72,7 @@ class ModuleTemplateController(per_runtime.PerRuntimeController):
             labelled = {field: value for field in ("labels", "annotations") if (value := copy["metadata"][field])}
             if live is not None and live.get("spec") == copy["spec"] and diff.carries(live["metadata"], labelled):
                 continue
-            await cluster.write_as_read(copy, live)  # one someone else created or replaced meanwhile is left alone
+            await cluster.write_as_read(copy, live)  # refused if another writer got there first: judged again
         for name in set(present) - set(wanted):
             live = present[name]["metadata"]
             await cluster.delete(

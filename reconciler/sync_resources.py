@@ -40,8 +40,6 @@ log = logging.getLogger(__name__)
 
 FINALIZER = "operator.kyma-project.io/sync-resource"
 _WAIT_FOR_DELETION = 2.0
-CONFLICT_ATTEMPTS = 3
-"""Reads and conditional writes of one item in one pass, when another writer keeps changing its object in between."""
 GONE = "gone: "
 """How an item whose object is gone for good says so (Delete, UpdateAndDelete): it is orphaned, to be removed."""
 _EVENTS_PER_RECONCILE = 10
@@ -860,20 +858,16 @@ class SyncResourceReconciler:
         self, item: model.Item, ref: objects.Ref, act: "Acting"
     ) -> tuple[model.State, str, bool]:
         """The item's state, message and whether its object may exist because of us. Every write is conditional on
-        the object as read; one refused because another writer changed the object in between (409: a user, another
-        controller, the very drift being reset) is read and decided again at once, its checks made again on what
-        is read (as client-go's RetryOnConflict, without its pause), rather than failing the runtime's pass to its
-        backoff. A conflict on each of CONFLICT_ATTEMPTS attempts fails the item as any refused write does (a lost
-        create unrecorded: the object is someone else's)."""
-        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-            try:
-                return await self._act(item, ref, act)
-            except kube.ConflictError:
-                if attempt == CONFLICT_ATTEMPTS:
-                    raise
-                self._conflicts.inc()
-                log.debug("object changed between its read and our write: reading it again", extra={"object": str(ref)})
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        the object as read; one refused because another writer changed the object in between (a user, another
+        controller, the very drift being reset) is read and decided again at once (``kube.on_conflict_again``), its
+        checks made again on what is read, rather than failing the runtime's pass to its backoff. A conflict on each
+        attempt fails the item as any refused write does (a lost create unrecorded: the object is someone else's)."""
+
+        def retried(_: kube.ConflictError) -> None:
+            self._conflicts.inc()
+            log.debug("object changed between its read and our write: reading it again", extra={"object": str(ref)})
+
+        return await kube.on_conflict_again(lambda: self._act(item, ref, act), retried=retried)
 
     async def _act(self, item: model.Item, ref: objects.Ref, act: "Acting") -> tuple[model.State, str, bool]:
         if item.status_only:
@@ -994,7 +988,7 @@ class SyncResourceReconciler:
         is read and judged again (``_act_on_conflict_again``)."""
         if item.status is None:
             return
-        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+        for attempt in range(1, kube.CONFLICT_ATTEMPTS + 1):
             identity = {
                 "name": ref.name,
                 **({"namespace": ref.namespace} if ref.namespace else {}),
@@ -1010,7 +1004,7 @@ class SyncResourceReconciler:
                 current = await act.cluster.get(ref)
                 # Still the object judged (not deleted and created again), and ours.
                 same = current is not None and current["metadata"]["uid"] == as_of["metadata"]["uid"]
-                if current is None or not same or not act.owner.owns(current) or attempt == CONFLICT_ATTEMPTS:
+                if current is None or not same or not act.owner.owns(current) or attempt == kube.CONFLICT_ATTEMPTS:
                     raise kube.ConflictError(409, f"its status not written: {exc.reason}") from exc
                 self._conflicts.inc()
                 as_of = current

@@ -9,6 +9,7 @@ the watcher's ServiceAccount get/list/watch exactly those resources. Written onl
 """
 
 import collections
+import functools
 import logging
 from typing import Any
 
@@ -30,6 +31,10 @@ OBJECTS = (
     objects.Ref("v1", "ConfigMap", watch_sets.NAMESPACE, watch_sets.CONFIG_MAP),
 )
 """What the controller writes into a runtime: the grant, its binding, the watch set itself."""
+
+
+class NotOursError(Exception):
+    """An object of a name kyma-sync writes exists without our labels: someone else's, left alone."""
 
 
 def ours(obj: dict[str, Any]) -> bool:
@@ -77,8 +82,8 @@ class WatchSetController(per_runtime.RuntimeKeyed):
         try:
             async with self.shared.clients.use(runtime) as handle:
                 watch_set = await self._derive(handle.objects, runtime, kyma)
-                await self._write(handle.objects, watch_set)
-        except (runtime_clients.RuntimeUnavailableError, kube.KubeError) as exc:
+                await kube.on_conflict_again(functools.partial(self._write, handle.objects, watch_set))
+        except (runtime_clients.RuntimeUnavailableError, kube.KubeError, NotOursError) as exc:
             return workqueue.Result.failed(f"{runtime}: {exc}")
         return workqueue.Result()
 
@@ -114,7 +119,7 @@ class WatchSetController(per_runtime.RuntimeKeyed):
         live = [await cluster.get(ref) for ref in OBJECTS]
         for ref, found in zip(OBJECTS, live, strict=True):
             if found is not None and not ours(found):
-                raise kube.ConflictError(409, f"{ref.kind} {ref.name} exists and is not kyma-sync's: not taken over")
+                raise NotOursError(f"{ref.kind} {ref.name} exists and is not kyma-sync's: not taken over")
         role, binding, config_map = live
         if all(live) and (config_map or {}).get("data", {}).get(watch_sets.DATA_KEY) == watch_set.encode():
             return

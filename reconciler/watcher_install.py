@@ -9,6 +9,7 @@ labels) are deleted. Whether the runtime could be reached is reported on KCP's K
 field of ours) and as ``kyma_reconciler_runtime_reachable{runtime}``.
 """
 
+import functools
 import json
 import logging
 from typing import Any
@@ -23,10 +24,6 @@ from reconciler.shared import Shared
 log = logging.getLogger(__name__)
 
 STATUS_FIELD_MANAGER = "kyma-sync-watcher-installer"
-
-
-class NotOursError(Exception):
-    """An object of the watcher's name exists without our labels: someone else's, left alone."""
 
 
 class WatcherInstallController(per_runtime.RuntimeKeyed):
@@ -54,7 +51,7 @@ class WatcherInstallController(per_runtime.RuntimeKeyed):
             if kyma is None:
                 return workqueue.Result()  # gone, and unreachable: nothing left to clean
             return await self._report(kyma, runtime, reachable=False, state="Unreachable", message=str(exc))
-        except (kube.KubeError, objects.UnknownKindError, NotOursError) as exc:
+        except (kube.KubeError, objects.UnknownKindError, watch_sets.NotOursError) as exc:
             if kyma is None:
                 return workqueue.Result.failed(f"{runtime}: {exc}")
             return await self._report(kyma, runtime, reachable=True, state="Error", message=str(exc))
@@ -67,20 +64,27 @@ class WatcherInstallController(per_runtime.RuntimeKeyed):
         await kube.ensure_namespace(cluster.api, watcher_objects.NAMESPACE)
         written = []
         for wanted in watcher_objects.render(runtime, self._config, module=self._module):
-            live = await cluster.get(objects.Ref.of(wanted))
-            if live is not None and not watch_sets.ours(live):
-                # e.g. a watcher installed with the kyma-watcher chart: never taken over (nor removed later)
-                raise NotOursError(f"{wanted['kind']}/{wanted['metadata']['name']} exists and is not kyma-sync's")
-            if live is not None and diff.carries(live, wanted):
-                continue
-            await cluster.write_as_read(wanted, live)  # one someone else created meanwhile is refused, not taken over
-            written.append(f"{wanted['kind']}/{wanted['metadata']['name']}")
+            if await kube.on_conflict_again(functools.partial(self._install_one, cluster, wanted)):
+                written.append(f"{wanted['kind']}/{wanted['metadata']['name']}")
         other = "DaemonSet" if self._config.kind == "Deployment" else "Deployment"
         replaced = objects.Ref("apps/v1", other, watcher_objects.NAMESPACE, watcher_objects.NAME)
         if (previous := await cluster.get(replaced)) is not None and watch_sets.ours(previous):
             await cluster.delete(replaced, preconditions=kube.Preconditions(previous["metadata"]["uid"]))
             written.append(f"-{other}/{watcher_objects.NAME}")
         return written
+
+    async def _install_one(self, cluster: objects.ClusterObjects, wanted: dict[str, Any]) -> bool:
+        """Whether ``wanted`` had to be written (missing or drifted), written over what was read."""
+        live = await cluster.get(objects.Ref.of(wanted))
+        if live is not None and not watch_sets.ours(live):
+            # e.g. a watcher installed with the kyma-watcher chart: never taken over (nor removed later)
+            raise watch_sets.NotOursError(
+                f"{wanted['kind']}/{wanted['metadata']['name']} exists and is not kyma-sync's"
+            )
+        if live is not None and diff.carries(live, wanted):
+            return False
+        await cluster.write_as_read(wanted, live)  # refused if another writer got there first: judged again
+        return True
 
     async def _remove(self, cluster: objects.ClusterObjects, runtime: str) -> None:
         """KCP's Kyma is gone: the watcher objects we installed go too (never one without our labels)."""

@@ -5,6 +5,7 @@ from typing import Any
 from clients import managed_fields
 
 OURS = "kyma-sync-reconciler"
+CREATED: dict[str, Any] = {"f:data": {"f:k": {}}, "f:metadata": {"f:labels": {".": {}, "f:a": {}}}}
 
 
 def _entry(manager: str, operation: str, fields: dict[str, Any], **more: str) -> dict[str, Any]:
@@ -21,15 +22,30 @@ def _entry(manager: str, operation: str, fields: dict[str, Any], **more: str) ->
 def test_a_creates_update_entry_becomes_the_managers_apply_entry_and_nothing_else_moves() -> None:
     theirs = _entry("kubectl", "Update", {"f:metadata": {"f:annotations": {"f:raced": {}}}})
     status = _entry(OURS, "Apply", {"f:status": {"f:state": {}}}, subresource="status")
-    created = _entry(OURS, "Update", {"f:data": {"f:k": {}}}, time="2026-12-07T11:17:03Z")
-    folded = managed_fields.as_applied([theirs, created, status], OURS)
-    assert folded == [theirs, status, {**created, "operation": "Apply"}]
+    created = _entry(OURS, "Update", CREATED, time="2026-12-07T11:17:03Z")
+    entries = [theirs, created, status]
+    assert managed_fields.created_fields(entries, OURS) == CREATED
+    assert managed_fields.as_applied(entries, OURS, CREATED) == [theirs, status, {**created, "operation": "Apply"}]
 
 
-def test_an_apply_entry_of_the_manager_absorbs_its_update_entry_field_by_field() -> None:
+def test_what_the_manager_set_after_its_create_stays_in_its_update_entry() -> None:
+    """A finalizer one of our controllers added by a merge patch after the create: an apply must not remove it."""
+    later: dict[str, Any] = {
+        "f:metadata": {"f:finalizers": {".": {}, 'v:"kyma-project.io/kcp-mirror"': {}}, "f:labels": {"f:b": {}}}
+    }
+    update = _entry(
+        OURS, "Update", {"f:data": CREATED["f:data"], "f:metadata": {**CREATED["f:metadata"], **later["f:metadata"]}}
+    )
+    update["fieldsV1"]["f:metadata"]["f:labels"] = {".": {}, "f:a": {}, "f:b": {}}
+    kept, folded = managed_fields.as_applied([update], OURS, CREATED) or []
+    assert kept == {**update, "fieldsV1": later}
+    assert folded == {**update, "operation": "Apply", "fieldsV1": CREATED}
+
+
+def test_an_apply_entry_of_the_manager_absorbs_the_fields_field_by_field() -> None:
     applied = _entry(OURS, "Apply", {"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {"f:x": {}}}})
     updated = _entry(OURS, "Update", {"f:data": {"f:b": {}}, "f:metadata": {"f:labels": {"f:y": {}}}})
-    [folded] = managed_fields.as_applied([updated, applied], OURS) or []
+    [folded] = managed_fields.as_applied([updated, applied], OURS, updated["fieldsV1"]) or []
     assert folded["operation"] == "Apply"
     assert folded["fieldsV1"] == {
         "f:data": {"f:a": {}, "f:b": {}},
@@ -37,16 +53,18 @@ def test_an_apply_entry_of_the_manager_absorbs_its_update_entry_field_by_field()
     }
 
 
-def test_nothing_to_fold_without_an_update_entry_of_the_object_itself() -> None:
+def test_nothing_to_move_without_the_creates_fields_in_an_update_entry_of_the_object_itself() -> None:
     entries = [
-        _entry(OURS, "Apply", {"f:data": {}}),
+        _entry(OURS, "Apply", CREATED),
         _entry(OURS, "Update", {"f:status": {}}, subresource="status"),
-        _entry("kubectl", "Update", {"f:data": {}}),
+        _entry("kubectl", "Update", CREATED),
     ]
-    assert managed_fields.as_applied(entries, OURS) is None
+    assert managed_fields.as_applied(entries, OURS, CREATED) is None
+    only_later = [_entry(OURS, "Update", {"f:metadata": {"f:finalizers": {".": {}}}})]
+    assert managed_fields.as_applied(only_later, OURS, CREATED) is None
 
 
 def test_entries_of_different_api_versions_are_left_as_they_are() -> None:
     applied = {**_entry(OURS, "Apply", {"f:spec": {}}), "apiVersion": "example.io/v1"}
     updated = {**_entry(OURS, "Update", {"f:spec": {}}), "apiVersion": "example.io/v2"}
-    assert managed_fields.as_applied([applied, updated], OURS) is None
+    assert managed_fields.as_applied([applied, updated], OURS, {"f:spec": {}}) is None

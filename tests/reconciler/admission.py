@@ -1,4 +1,4 @@
-"""A runtime apiserver's validating webhook that makes a race of the reconciler's writes certain (or hangs them)."""
+"""A runtime apiserver's validating webhook that makes a race of the reconciler's writes certain."""
 
 import asyncio
 import base64

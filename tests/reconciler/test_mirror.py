@@ -191,18 +191,12 @@ async def test_a_new_object_of_a_mirrored_name_never_gets_the_status_of_the_one_
         skr, "POST", crds.VPC_PEERING.path(kcp.runtime_namespace), body=peering(kcp, "peer-reused", "vpc-9")
     )
     async with run_controller(**mirroring) as running:
-
-        async def mirrors_the_new_one() -> bool:
-            found = await kube.get_or_none(kcp.api, mirror_path)
-            annotations = (found or {"metadata": {}})["metadata"].get("annotations") or {}
-            return bool(annotations.get(mirror.SOURCE_UID) == again["metadata"]["uid"])
-
-        await eventually(mirrors_the_new_one, what="the new object mirrored")
+        new_uid = again["metadata"]["uid"]
+        await eventually(lambda: _mirrors(kcp.api, mirror_path, new_uid), what="the new object mirrored")
         await more_reconciles(running.shared.registry, "mirror", 3)
         assert (await kube.request(skr, "GET", source_path)).get("status") is None
         assert (await kube.request(kcp.api, "GET", mirror_path))["spec"] == {"remoteVpc": "vpc-9"}
-    await kube.merge_patch(skr, source_path, {"metadata": {"finalizers": None}})
-    await kube.request(skr, "DELETE", source_path)
+    await _remove(skr, source_path, kcp.api, mirror_path)
 
 
 async def test_a_status_flows_back_only_to_the_object_mirrored(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
@@ -214,10 +208,8 @@ async def test_a_status_flows_back_only_to_the_object_mirrored(kcp: Kcp, run_con
     skr, label = kcp.skrs["skr-1"], uuid.uuid4().hex[:8]
     source_path = crds.VPC_PEERING.object_path(kcp.runtime_namespace, "peer-raced")
     mirror_path = crds.VPC_PEERING.object_path("mirror-skr-1", f"{kcp.runtime_namespace}.peer-raced")
-    labelled = {
-        **peering(kcp, "peer-raced", "vpc-1"),
-        "metadata": {**peering(kcp, "peer-raced", "vpc-1")["metadata"], "labels": {"race": label}},
-    }
+    labelled = peering(kcp, "peer-raced", "vpc-1")
+    labelled["metadata"]["labels"] = {"race": label}
     replaced: list[dict[str, Any]] = []
 
     async def replace(api: kube.ApiClient, obj: dict[str, Any]) -> None:
@@ -237,13 +229,27 @@ async def test_a_status_flows_back_only_to_the_object_mirrored(kcp: Kcp, run_con
         ) as raced:
             await kube.merge_patch(kcp.api, f"{mirror_path}/status", {"status": {"peeringId": "pcx-vpc-1"}})
             await eventually(lambda: raced == ["peer-raced"], what="the status write raced")
+            [again] = replaced
+            new_uid = again["metadata"]["uid"]
+            await eventually(lambda: _mirrors(kcp.api, mirror_path, new_uid), what="the new object mirrored")
             await more_reconciles(running.shared.registry, "mirror", 3)
-        [again] = replaced
         found = await kube.request(skr, "GET", source_path)
         assert found["metadata"]["uid"] == again["metadata"]["uid"]
         assert found.get("status") is None, "the earlier peering's status is not the new object's"
-    await kube.merge_patch(skr, source_path, {"metadata": {"finalizers": None}})
-    await kube.request(skr, "DELETE", source_path)
+    await _remove(skr, source_path, kcp.api, mirror_path)
+
+
+async def _remove(runtime: kube.ApiClient, source_path: str, kcp_api: kube.ApiClient, mirror_path: str) -> None:
+    """A test's VpcPeering and its mirror gone, the reconciler stopped (nobody removes our finalizer)."""
+    await kube.merge_patch(runtime, source_path, {"metadata": {"finalizers": None}})
+    await kube.delete(runtime, source_path)
+    await kube.delete(kcp_api, mirror_path)
+
+
+async def _mirrors(kcp_api: kube.ApiClient, mirror_path: str, uid: str) -> bool:
+    """Whether the mirror is of the object with ``uid``."""
+    found = await kube.get_or_none(kcp_api, mirror_path)
+    return bool(((found or {"metadata": {}})["metadata"].get("annotations") or {}).get(mirror.SOURCE_UID) == uid)
 
 
 async def _exists(api: kube.ApiClient, path: str) -> bool:

@@ -885,27 +885,37 @@ async def test_an_object_created_by_someone_else_first_is_judged_at_once_as_foun
 async def test_an_object_changed_right_after_its_create_still_loses_what_its_item_no_longer_sets(
     kcp: Kcp, run_controller: Callable[..., Any]
 ) -> None:
-    """Another writer changes an object the reconciler has just created before the fields the create set are handed
-    to its apply (a controller adding a finalizer): the hand-over is refused (409) and made again on the object as
-    read, so a key later taken out of the item is still removed, and the other writer's field stays."""
+    """Another of our controllers adds a finalizer (by a merge patch, under the same field manager) to an object the
+    reconciler has just created, before the fields the create set are handed to its apply: the hand-over is refused
+    (409) and made again on the object as read, moving only what the create set. So a key later taken out of the item
+    is still removed, and the finalizer, which no apply of the item sets, is not removed with it."""
     label = uuid.uuid4().hex[:8]
     item = kcp.configmap("cm-raced-create", {"kept": "v", "dropped": "v"})
     item["resource"]["metadata"]["labels"] = {"race": label}
-    async with run_controller():
-        async with admission.racing_admission(kcp.skrs["skr-1"], label=label) as raced:
-            await kcp.create("raced-create", {"kyma": "skr-1", "items": [item]})
-            await eventually(lambda: _state_is(kcp, "raced-create", "Ready"), what="Ready")
-            assert raced == ["cm-raced-create"], "the hand-over lost its race"
-        item["resource"]["data"] = {"kept": "v"}
-        await kcp.patch_spec("raced-create", {"items": [item]})
+    path = kube.CONFIGMAPS.object_path(kcp.runtime_namespace, "cm-raced-create")
 
-        async def shrunk() -> bool:
+    async def finalized_by_us(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+        patch = {"metadata": {"finalizers": ["kyma-project.io/test-ours"]}}
+        await kube.merge_patch(api, path, patch, field_manager=wire.RECONCILER_FIELD_MANAGER)
+
+    try:
+        async with run_controller():
+            async with admission.racing_admission(kcp.skrs["skr-1"], label=label, race=finalized_by_us) as raced:
+                await kcp.create("raced-create", {"kyma": "skr-1", "items": [item]})
+                await eventually(lambda: _state_is(kcp, "raced-create", "Ready"), what="Ready")
+                assert raced == ["cm-raced-create"], "the hand-over lost its race"
+            item["resource"]["data"] = {"kept": "v"}
+            await kcp.patch_spec("raced-create", {"items": [item]})
+
+            async def shrunk() -> bool:
+                found = await kcp.configmap_in("skr-1", "cm-raced-create")
+                return found is not None and found.get("data") == {"kept": "v"}
+
+            await eventually(shrunk, what="the key taken out of the item removed")
             found = await kcp.configmap_in("skr-1", "cm-raced-create")
-            return found is not None and found.get("data") == {"kept": "v"}
-
-        await eventually(shrunk, what="the key taken out of the item removed")
-        found = await kcp.configmap_in("skr-1", "cm-raced-create")
-        assert found is not None and found["metadata"]["annotations"]["raced"] == "yes"
+            assert found is not None and found["metadata"]["finalizers"] == ["kyma-project.io/test-ours"]
+    finally:
+        await kube.merge_patch(kcp.skrs["skr-1"], path, {"metadata": {"finalizers": None}})
 
 
 def _conflicts(registry: CollectorRegistry) -> float:

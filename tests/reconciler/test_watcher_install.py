@@ -12,7 +12,7 @@ from clients import kube
 from contract import wire
 from devenv import net
 from pki import kubeconfigs, pki
-from reconciler import crds, settings, watch_sets, watcher_objects
+from reconciler import crds, manager, settings, watch_sets, watcher_objects
 from watcher import config as watcher_config
 
 from ..waiting import eventually, more_reconciles
@@ -145,6 +145,49 @@ async def test_a_watcher_installed_by_someone_else_is_left_alone(kcp: Kcp, run_c
             assert live["rules"] == [theirs]
     finally:
         await kube.delete(skr, role)
+
+
+DEPLOYMENTS = kube.Gvr("apps", "v1", "deployments")
+
+
+async def test_a_repair_that_loses_a_race_is_read_and_made_again_at_once(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A user scales the watcher's Deployment; the reconciler's repair, conditional on the Deployment as read, loses a
+    race with another writer (the deployment controller writing its status does, in a real cluster): it is refused
+    (409), read again and made in the same pass. The Deployment is back to two replicas and no reconcile failed (one
+    that fails also puts Error on KCP's Kyma)."""
+    skr = kcp.skrs["skr-1"]
+    async with run_controller(watcher_install=INSTALL) as running:
+        await eventually(lambda: _exists(skr, DEPLOYMENT), what="the watcher installed")
+        async with admission.racing_admission(
+            skr,
+            label=uuid.uuid4().hex[:8],
+            race=_annotated,
+            rule=admission.operations_on(DEPLOYMENTS, "UPDATE"),
+            selector={wire.SYNCED_LABEL: wire.SYNCED_VALUE},
+        ) as raced:
+            failed = _failed_reconciles(running)
+            await kube.merge_patch(skr, DEPLOYMENT, {"spec": {"replicas": 5}})
+
+            async def repaired() -> bool:
+                return bool(((await _get(skr, DEPLOYMENT)) or {}).get("spec", {}).get("replicas") == 2)
+
+            await eventually(repaired, what="the Deployment repaired")
+            assert raced == [watcher_objects.NAME], "the repair lost its race"
+            assert _failed_reconciles(running) == failed, "no reconcile failed over the lost race"
+            deployment = await _get(skr, DEPLOYMENT) or {}
+            assert deployment["metadata"]["annotations"]["raced"] == "yes", "the other writer's field stays"
+
+
+async def _annotated(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+    await kube.merge_patch(api, DEPLOYMENT, {"metadata": {"annotations": {"raced": "yes"}}})
+
+
+def _failed_reconciles(running: manager.Manager) -> float:
+    registry = running.shared.registry
+    labels = {"controller": "watcher_install", "outcome": "error"}
+    return registry.get_sample_value("kyma_reconciler_reconciles_total", labels) or 0
 
 
 CLUSTER_ROLES = kube.Gvr("rbac.authorization.k8s.io", "v1", "clusterroles")
