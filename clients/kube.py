@@ -23,6 +23,7 @@ import base64
 import dataclasses
 import datetime
 import json
+import logging
 import socket
 import urllib.parse
 import urllib.request
@@ -37,6 +38,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 ApiClient = client.ApiClient
 """A connection pool to one apiserver; the engines hold it without importing kubernetes_asyncio."""
+
+log = logging.getLogger(__name__)
 
 
 class KubeError(RuntimeError):
@@ -96,6 +99,7 @@ async def on_conflict_again(
         except ConflictError as exc:
             if tries == CONFLICT_ATTEMPTS:
                 raise
+            log.debug("a write lost a race with another writer: read and decided again", extra={"reason": exc.reason})
             if retried is not None:
                 retried(exc)
     raise AssertionError("unreachable: the last attempt returns or raises")

@@ -35,7 +35,7 @@ def _common(left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:
 
 
 def _without(left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:
-    """The fields of ``left`` not in ``right``."""
+    """The fields of ``left`` not in ``right``, for a ``right`` that is ``_common`` of ``left`` and another set."""
     rest: dict[str, Any] = {}
     for key, value in left.items():
         if key not in right or (value and not right[key]):
@@ -50,16 +50,22 @@ def created_fields(entries: list[dict[str, Any]], manager: str) -> dict[str, Any
     return next((e.get("fieldsV1") or {} for e in entries if _of(e, manager, "Update")), {})
 
 
+class UnmovableError(ValueError):
+    """The manager's entries are of different apiVersions: field paths of one version are not another's, so nothing
+    is moved (the object keeps extra fields, never fewer)."""
+
+
 def as_applied(entries: list[dict[str, Any]], manager: str, created: dict[str, Any]) -> list[dict[str, Any]] | None:
     """``entries`` with the fields of ``created`` still in ``manager``'s Update entry moved into its Apply entry
     (made if missing); whatever else the Update entry holds stays (a later merge patch of the same manager, e.g.
-    a finalizer another of our controllers added: applies must not remove it). None when nothing is left to
-    move, or the entries are of different apiVersions (field paths of one version are not another's: left as they
-    are, the object keeps extra fields, never fewer)."""
+    a finalizer another of our controllers added: applies must not remove it). None when nothing is left to move;
+    UnmovableError when the entries are of different apiVersions."""
     updates = [e for e in entries if _of(e, manager, "Update")]
     applied = [e for e in entries if _of(e, manager, "Apply")]
-    if len(updates) != 1 or len({e.get("apiVersion") for e in [*applied, *updates]}) > 1:
+    if not updates:
         return None
+    if len(updates) > 1 or len({e.get("apiVersion") for e in [*applied, *updates]}) > 1:
+        raise UnmovableError(f"{manager}'s entries are of several apiVersions")
     [update] = updates
     moved = _common(update.get("fieldsV1") or {}, created)
     if not moved:

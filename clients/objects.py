@@ -112,33 +112,37 @@ class ClusterObjects:
     async def _owned_as_applied(self, created: dict[str, Any]) -> dict[str, Any]:
         """``created``, what the create set (fields the apiserver defaulted included: set again when removed) moved
         from the Update entry the create made to our Apply entry (``managed_fields.as_applied``), conditional on the
-        object as read. A write in between (a controller adding a finalizer) costs a read and another try while it
-        is still the object created; only the create's own fields move, never what our other writes set since.
-        The object replaced or gone meanwhile is returned as created (whoever wrote it next judges it); after
-        OWNERSHIP_ATTEMPTS conflicts, or the hand-over refused (a policy denying updates), it is left as it is with
-        a warning: extra fields kept, never fewer."""
+        object as read. A write in between (a controller adding a finalizer) or a failed call costs a read and
+        another try while it is still the object created; only the create's own fields move, never what our other
+        writes set since. The object replaced or gone meanwhile is returned as created (whoever wrote it next judges
+        it). After OWNERSHIP_ATTEMPTS failures, or entries it cannot move, it is left as it is with a warning: no
+        later pass hands these fields over, so they are kept, never fewer."""
         ref, current = Ref.of(created), created
         fields = managed_fields.created_fields(created["metadata"].get("managedFields") or [], self.field_manager)
+        why = ""
         for _ in range(OWNERSHIP_ATTEMPTS):
-            entries = managed_fields.as_applied(
-                current["metadata"].get("managedFields") or [], self.field_manager, fields
-            )
+            try:
+                entries = managed_fields.as_applied(
+                    current["metadata"].get("managedFields") or [], self.field_manager, fields
+                )
+            except managed_fields.UnmovableError as exc:
+                why = str(exc)
+                break
             if entries is None:
                 return current
             changes = {"resourceVersion": current["metadata"]["resourceVersion"], "managedFields": entries}
             try:
                 return await self.merge_patch(ref, {"metadata": changes})
-            except kube.ConflictError:
-                current = await self.get(ref) or {"metadata": {}}
-                if current["metadata"].get("uid") != created["metadata"]["uid"]:
-                    return created
             except kube.NotFoundError:
                 return created
+            except kube.KubeError as exc:  # another writer in between (409), a refusal, a blip: read, try again
+                why = str(exc)
+            try:
+                current = await self.get(ref) or {"metadata": {}}
             except kube.KubeError as exc:
                 why = str(exc)
-                break
-        else:
-            why = f"it changed on each of {OWNERSHIP_ATTEMPTS} attempts"
+            if current["metadata"].get("uid") != created["metadata"]["uid"]:
+                return created
         log.warning(
             "a created object's fields stay owned by its create (an apply leaving one out keeps it): %s",
             why,

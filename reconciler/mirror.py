@@ -150,8 +150,10 @@ class MirrorController(controller.Controller[Key]):
         source = await runtime_objects.get(source_ref)
         if source is None or source["metadata"].get("deletionTimestamp"):
             mirror = await self._kcp.get(mirror_ref)
-            if mirror is not None and await self._kcp.delete(
-                mirror_ref, preconditions=kube.Preconditions(mirror["metadata"]["uid"])
+            if (
+                mirror is not None
+                and not mirror["metadata"].get("deletionTimestamp")
+                and await self._kcp.delete(mirror_ref, preconditions=kube.Preconditions(mirror["metadata"]["uid"]))
             ):
                 log.info("deleted mirror", extra={"runtime": key.runtime, "object": mirror_ref.name})
             if source is not None and await self._kcp.get(mirror_ref) is None:

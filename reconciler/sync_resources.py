@@ -863,11 +863,7 @@ class SyncResourceReconciler:
         checks made again on what is read, rather than failing the runtime's pass to its backoff. A conflict on each
         attempt fails the item as any refused write does (a lost create unrecorded: the object is someone else's)."""
 
-        def retried(_: kube.ConflictError) -> None:
-            self._conflicts.inc()
-            log.debug("object changed between its read and our write: reading it again", extra={"object": str(ref)})
-
-        return await kube.on_conflict_again(lambda: self._act(item, ref, act), retried=retried)
+        return await kube.on_conflict_again(lambda: self._act(item, ref, act), retried=lambda _: self._conflicts.inc())
 
     async def _act(self, item: model.Item, ref: objects.Ref, act: "Acting") -> tuple[model.State, str, bool]:
         if item.status_only:

@@ -2,6 +2,8 @@
 
 from typing import Any
 
+import pytest
+
 from clients import managed_fields
 
 OURS = "kyma-sync-reconciler"
@@ -64,7 +66,8 @@ def test_nothing_to_move_without_the_creates_fields_in_an_update_entry_of_the_ob
     assert managed_fields.as_applied(only_later, OURS, CREATED) is None
 
 
-def test_entries_of_different_api_versions_are_left_as_they_are() -> None:
+def test_entries_of_different_api_versions_are_not_moved() -> None:
     applied = {**_entry(OURS, "Apply", {"f:spec": {}}), "apiVersion": "example.io/v1"}
     updated = {**_entry(OURS, "Update", {"f:spec": {}}), "apiVersion": "example.io/v2"}
-    assert managed_fields.as_applied([applied, updated], OURS, {"f:spec": {}}) is None
+    with pytest.raises(managed_fields.UnmovableError):
+        managed_fields.as_applied([applied, updated], OURS, {"f:spec": {}})

@@ -84,7 +84,7 @@ async def racing_admission(
     """The reconciler's first write that ``rule`` names (default: an update of a ConfigMap) to an object labelled
     ``selector`` (default: ``race: <label>``) loses a race, certainly: the runtime's webhook, before it allows that
     write, lets ``race`` have another writer change the object (by default: annotate it), so the write is refused
-    when it is stored (409). Yields the names of the objects raced."""
+    when it is stored (409). Yields the names of the objects raced, each once its race is over."""
     rule = rule or operations_on(kube.CONFIGMAPS, "UPDATE")
     selector = selector or {"race": label}
     ca = pki.create_ca("racing-webhook")
@@ -96,7 +96,7 @@ async def racing_admission(
         key.write_bytes(serving.key_pem)
         context.load_cert_chain(cert, key)
     raced: list[str] = []
-    probed = asyncio.Event()
+    racing, probed = asyncio.Event(), asyncio.Event()
 
     async def review(request: web.Request) -> web.Response:
         admission = (await request.json())["request"]
@@ -106,9 +106,15 @@ async def racing_admission(
         )
         if admission.get("dryRun"):
             probed.set()
-        elif ours and admission["operation"] in rule["operations"] and written in rule["resources"] and not raced:
-            raced.append(admission["object"]["metadata"]["name"])
+        elif (
+            ours
+            and admission["operation"] in rule["operations"]
+            and written in rule["resources"]
+            and not racing.is_set()
+        ):
+            racing.set()  # before the race: its own writes may come through here
             await race(api, admission["object"])
+            raced.append(admission["object"]["metadata"]["name"])  # once it is over: a test reads what it did
         return web.json_response(
             {
                 "apiVersion": "admission.k8s.io/v1",

@@ -915,7 +915,8 @@ async def test_an_object_changed_right_after_its_create_still_loses_what_its_ite
             found = await kcp.configmap_in("skr-1", "cm-raced-create")
             assert found is not None and found["metadata"]["finalizers"] == ["kyma-project.io/test-ours"]
     finally:
-        await kube.merge_patch(kcp.skrs["skr-1"], path, {"metadata": {"finalizers": None}})
+        with contextlib.suppress(kube.NotFoundError):  # a test failing before the create: its failure, not this one
+            await kube.merge_patch(kcp.skrs["skr-1"], path, {"metadata": {"finalizers": None}})
 
 
 def _conflicts(registry: CollectorRegistry) -> float:
