@@ -17,12 +17,12 @@ import asyncio
 import dataclasses
 import datetime
 import logging
-from collections.abc import Hashable, Iterable, Set
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Set
 from typing import Generic, TypeVar
 
 from opentelemetry import trace
 
-from clients import informer
+from clients import informer, kube
 from contract import events
 from kit import aio
 from reconciler import settings, workqueue
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 tracer = trace.get_tracer("kyma.reconciler")
 
 K = TypeVar("K", bound=Hashable)
+_Decided = TypeVar("_Decided")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Controller(abc.ABC, Generic[K]):
         self._resync_seconds = config.resync_seconds
         self._informers: list[informer.Informer] = []
         self._change_applied = shared.queue_metrics.change_applied
+        self._write_conflicts = shared.queue_metrics.write_conflicts.labels(name)
         self.queue: workqueue.WorkQueue[K] = workqueue.WorkQueue(
             name=name,
             reconcile=self.reconcile,
@@ -64,6 +66,11 @@ class Controller(abc.ABC, Generic[K]):
             # worked off by then is as old again at most: a key asked for longer ago was the owner's to finish.
             turned_away_memory=3 * shared.config.sharding.lease_duration_seconds,
         )
+
+    async def on_conflict_again(self, attempt: Callable[[], Awaitable[_Decided]]) -> _Decided:
+        """``kube.on_conflict_again``: a read, a decision and a write made again at once when another writer got in
+        between, each time counted in ``kyma_reconciler_write_conflicts_total{controller}``."""
+        return await kube.on_conflict_again(attempt, retried=lambda _: self._write_conflicts.inc())
 
     def own(self, source: informer.Informer) -> informer.Informer:
         """Run ``source`` with this controller and wait for it before reconciling."""

@@ -66,7 +66,7 @@ class KymaController(per_runtime.PerRuntimeController):
                     current = await self._let_a_deleted_one_go(handle.objects)
                     return await self._sync(handle.objects, kyma, current)
 
-                applied = await kube.on_conflict_again(converge)
+                applied = await self.on_conflict_again(converge)
                 await self._report_union(kyma, applied)
         except runtime_clients.RuntimeUnavailableError as exc:
             return workqueue.Result() if kyma is None else self.failed(runtime, exc)  # gone and unreachable: done

@@ -125,7 +125,7 @@ class MirrorController(controller.Controller[Key]):
                 if isinstance(key, RuntimeKey):
                     return await self._list_runtime(handle.objects, key.runtime)
                 # Read, decided and written again at once if another writer got there between our read and write.
-                return await kube.on_conflict_again(functools.partial(self._reconcile_object, handle.objects, key))
+                return await self.on_conflict_again(functools.partial(self._reconcile_object, handle.objects, key))
         except (runtime_clients.RuntimeUnavailableError, kube.KubeError, objects.UnknownKindError) as exc:
             return workqueue.Result.failed(str(exc))
 

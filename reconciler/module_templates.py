@@ -47,7 +47,7 @@ class ModuleTemplateController(per_runtime.PerRuntimeController):
             async with self.shared.clients.use(runtime) as handle:
                 await self.prepare(handle, definitions=[crds.module_template_crd()], namespace=RUNTIME_NAMESPACE)
                 labels = kyma["metadata"].get("labels") or {}
-                await kube.on_conflict_again(functools.partial(self._sync, handle.objects, kyma_labels=labels))
+                await self.on_conflict_again(functools.partial(self._sync, handle.objects, kyma_labels=labels))
         except (runtime_clients.RuntimeUnavailableError, kube.KubeError, objects.UnknownKindError) as exc:
             return self.failed(runtime, exc)
         return workqueue.Result()

@@ -82,7 +82,7 @@ class WatchSetController(per_runtime.RuntimeKeyed):
         try:
             async with self.shared.clients.use(runtime) as handle:
                 watch_set = await self._derive(handle.objects, runtime, kyma)
-                await kube.on_conflict_again(functools.partial(self._write, handle.objects, watch_set))
+                await self.on_conflict_again(functools.partial(self._write, handle.objects, watch_set))
         except (runtime_clients.RuntimeUnavailableError, kube.KubeError, NotOursError) as exc:
             return workqueue.Result.failed(f"{runtime}: {exc}")
         return workqueue.Result()

@@ -64,7 +64,7 @@ class WatcherInstallController(per_runtime.RuntimeKeyed):
         await kube.ensure_namespace(cluster.api, watcher_objects.NAMESPACE)
         written = []
         for wanted in watcher_objects.render(runtime, self._config, module=self._module):
-            if await kube.on_conflict_again(functools.partial(self._install_one, cluster, wanted)):
+            if await self.on_conflict_again(functools.partial(self._install_one, cluster, wanted)):
                 written.append(f"{wanted['kind']}/{wanted['metadata']['name']}")
         other = "DaemonSet" if self._config.kind == "Deployment" else "Deployment"
         replaced = objects.Ref("apps/v1", other, watcher_objects.NAMESPACE, watcher_objects.NAME)

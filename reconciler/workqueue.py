@@ -119,6 +119,12 @@ class QueueMetrics:
         self.retries = Counter(
             "kyma_reconciler_retries", "Keys scheduled again after a failure", ["controller"], registry=registry
         )
+        self.write_conflicts = Counter(
+            "kyma_reconciler_write_conflicts",
+            "Writes refused because another writer changed the object since it was read (409), read and decided again",
+            ["controller"],
+            registry=registry,
+        )
         self.runtime_errors = Counter(
             "kyma_reconciler_runtime_errors",
             "Failed reconciles (or failed runtimes of a fan-out), by controller and runtime",

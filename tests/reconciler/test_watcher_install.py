@@ -158,9 +158,9 @@ async def test_a_repair_that_loses_a_race_is_read_and_made_again_at_once(
     """A user scales the watcher's Deployment; the reconciler's repair, conditional on the Deployment as read, loses a
     race with another writer (the deployment controller writing its status does, in a real cluster): it is refused
     (409), read again and made in the same pass. The Deployment is back to two replicas, the other writer's field
-    stays, and KCP's Kyma never says Error over it (watched)."""
+    stays, KCP's Kyma never says Error over it (watched), and the conflict is counted."""
     skr = kcp.skrs["skr-1"]
-    async with run_controller(watcher_install=INSTALL):
+    async with run_controller(watcher_install=INSTALL) as running:
         await eventually(lambda: _exists(skr, DEPLOYMENT), what="the watcher installed")
         seen: list[dict[str, str]] = []
         since = (await kube.request(kcp.api, "GET", crds.KYMA.path("kcp-system")))["metadata"]["resourceVersion"]
@@ -193,6 +193,8 @@ async def test_a_repair_that_loses_a_race_is_read_and_made_again_at_once(
                 await watching
         states = [_watcher_state({"metadata": {"annotations": annotations}}).get("state") for annotations in seen]
         assert "Error" not in states, states
+        conflicts = {"controller": "watcher_install"}
+        assert running.shared.registry.get_sample_value("kyma_reconciler_write_conflicts_total", conflicts) == 1
 
 
 async def _annotated(api: kube.ApiClient, obj: dict[str, Any]) -> None:
