@@ -246,12 +246,7 @@ class SyncResourceReconciler:
             ["source"],
             registry=shared.registry,
         )
-        self._conflicts = Counter(
-            "kyma_reconciler_sync_resource_write_conflicts",
-            "Writes to a runtime refused because another writer changed (or created) the object since it was read, and"
-            " tried again at once",
-            registry=shared.registry,
-        )
+        self._conflicts = shared.queue_metrics.write_conflicts.labels(CONTROLLER_NAME)
         self._passes: dict[Key, _Passes] = {}
         self._finished: set[Key] = set()
         """SyncResources found gone: their pass gate is dropped once no pass runs."""

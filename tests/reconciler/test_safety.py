@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from clients import kube
 from contract import events, wire
-from reconciler import cli, crds, manager, records, settings, sync_controller
+from reconciler import cli, crds, manager, records, settings, sync_controller, sync_resources
 
 from ..factories import configmap_event
 from ..waiting import eventually, more_reconciles, reconciles
@@ -920,7 +920,8 @@ async def test_an_object_changed_right_after_its_create_still_loses_what_its_ite
 
 
 def _conflicts(registry: CollectorRegistry) -> float:
-    return registry.get_sample_value("kyma_reconciler_sync_resource_write_conflicts_total") or 0
+    conflicts = {"controller": sync_resources.CONTROLLER_NAME}
+    return registry.get_sample_value("kyma_reconciler_write_conflicts_total", conflicts) or 0
 
 
 def _failed(registry: CollectorRegistry) -> float:
