@@ -13,17 +13,22 @@ generation), so a KCP-side manager can work on it and set its status. The reconc
   resourceVersion), so two passes (replicas handing over) cannot interleave into a rollback;
 - replaces a mirror of an earlier object of the same name (another uid: it went while our
   finalizer was stripped) instead of applying over it, so the new object never gets the earlier
-  one's status;
+  one's status; while its manager's finalizers hold that mirror, the new object waits unmirrored,
+  and past ``held_warning_seconds`` a Warning Event on the held mirror, a warning log and
+  ``kyma_reconciler_mirrors_held_total`` say so;
 - writes the mirror's status back to the runtime object's status subresource, conditional on the
   object as read;
 - on deletion in the runtime deletes the mirror (as it was read), then releases the runtime object.
 """
 
 import dataclasses
+import datetime
 import functools
 import logging
 from collections.abc import Iterable
 from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
 
 from clients import informer, kube, objects
 from contract import events, wire
@@ -39,6 +44,8 @@ SOURCE_NAME = "kyma-project.io/source-name"
 SOURCE_GENERATION = "kyma-project.io/source-generation"
 EARLIER_MIRROR_WAIT_SECONDS = 5.0
 """How soon a pass comes back to a mirror of an earlier object still being deleted (its manager's finalizers)."""
+HELD_MIRROR_WAIT_SECONDS = 60.0
+"""The same, once it is warned about: its deletion wakes the source's key anyway (the mirrors' informer)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +74,15 @@ class RuntimeKey:
 Key = ObjectKey | RuntimeKey
 
 
+def held_mirrors(registry: CollectorRegistry) -> Counter:
+    return Counter(
+        "kyma_reconciler_mirrors_held",
+        "passes that found an object's mirror held back past mirror.held_warning_seconds by the mirror of an earlier "
+        "object of its name, still being deleted (its manager's finalizers)",
+        registry=registry,
+    )
+
+
 def mirror_namespace(config: settings.MirrorSettings, runtime: str) -> str:
     return f"{config.namespace_prefix}{runtime}"
 
@@ -80,6 +96,7 @@ class MirrorController(controller.Controller[Key]):
         self._by_gvk = {(k.group, k.kind): k for k in config.kinds}
         self.modules = frozenset(k.module for k in config.kinds)
         self._namespaces: set[str] = set()
+        self._held = held_mirrors(shared.registry)
         for kind in config.kinds:
             mirrors = self.own(informer.Informer(shared.kcp, kind.gvr, label_selector=wire.RUNTIME_LABEL))
             mirrors.subscribe(self._mirror_changed(kind))
@@ -168,9 +185,9 @@ class MirrorController(controller.Controller[Key]):
             if not mirror["metadata"].get("deletionTimestamp"):
                 await self._kcp.delete(mirror_ref, preconditions=kube.Preconditions(mirror["metadata"]["uid"]))
                 log.info("mirror of an earlier object of the name deleted", extra={"object": str(key)})
-            if await self._kcp.get(mirror_ref) is not None:
-                log.info("waiting for the mirror of an earlier object of the name to go", extra={"object": str(key)})
-                return workqueue.Result(requeue_after=EARLIER_MIRROR_WAIT_SECONDS)
+            earlier = await self._kcp.get(mirror_ref)
+            if earlier is not None:
+                return await self._wait_for_earlier(key, earlier)
             mirror = None
         if not _newer_recorded(mirror, source):
             mirror = await self._kcp.write_as_read(self._mirror_of(key.runtime, source, mirror_ref), mirror)
@@ -186,6 +203,24 @@ class MirrorController(controller.Controller[Key]):
                 subresource="status",
             )
         return workqueue.Result()
+
+    async def _wait_for_earlier(self, key: ObjectKey, earlier: dict[str, Any]) -> workqueue.Result:
+        """The object's mirror waits for the earlier object's to go; one held too long is warned about where its
+        manager's team looks (KCP), since the runtime's user only sees their object never mirrored."""
+        held = _deleting_for(earlier, datetime.datetime.now(datetime.UTC))
+        if held < self._config.held_warning_seconds:
+            log.info("waiting for the mirror of an earlier object of the name to go", extra={"object": str(key)})
+            return workqueue.Result(requeue_after=EARLIER_MIRROR_WAIT_SECONDS)
+        finalizers = earlier["metadata"].get("finalizers") or []
+        message = (
+            f"being deleted for {held:.0f}s, held by finalizers {', '.join(finalizers) or '(none left)'}: "
+            f"the new {key.namespace + '/' if key.namespace else ''}{key.name} in runtime {key.runtime} "
+            "(another uid) is mirrored once this mirror of the earlier object is gone"
+        )
+        log.warning("mirror of an earlier object held", extra={"object": str(key), "detail": message})
+        self._held.inc()
+        await self.shared.events.record(earlier, type_="Warning", reason="EarlierMirrorHeld", message=message)
+        return workqueue.Result(requeue_after=HELD_MIRROR_WAIT_SECONDS)
 
     def _mirror_of(self, runtime: str, source: dict[str, Any], ref: objects.Ref) -> dict[str, Any]:
         metadata = source["metadata"]
@@ -216,6 +251,14 @@ def _mirrors_another(mirror: dict[str, Any], source: dict[str, Any]) -> bool:
     """Whether the mirror is of an earlier object of the source's name (another uid)."""
     recorded = (mirror["metadata"].get("annotations") or {}).get(SOURCE_UID)
     return recorded is not None and recorded != source["metadata"]["uid"]
+
+
+def _deleting_for(obj: dict[str, Any], now: datetime.datetime) -> float:
+    """Seconds since the object's deletion was asked for (0 for one not being deleted)."""
+    since = obj["metadata"].get("deletionTimestamp")
+    if not since:
+        return 0.0
+    return max(0.0, (now - datetime.datetime.fromisoformat(since)).total_seconds())
 
 
 def _newer_recorded(mirror: dict[str, Any] | None, source: dict[str, Any]) -> bool:

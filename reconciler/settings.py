@@ -99,6 +99,13 @@ class MirrorSettings(ControllerSettings):
     namespace_prefix: str = Field(
         default="mirror-", description="KCP namespace of a runtime's mirrors: <prefix><runtime>"
     )
+    held_warning_seconds: float = Field(
+        default=300,
+        gt=0,
+        description="a mirror of an earlier object of a name, still being deleted this long (its manager's "
+        "finalizers), holds back the new object's mirror: warned about (a Warning Event on it, a warning log, "
+        "kyma_reconciler_mirrors_held_total)",
+    )
 
 
 class PerRuntimeSettings(ControllerSettings):

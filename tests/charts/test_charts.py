@@ -27,7 +27,7 @@ from listener import metrics as listener_metrics
 from listener import settings as listener_settings
 from observability import metrics as observability_metrics
 from reconciler import cli as reconciler_cli
-from reconciler import consumer, crds, manager, sync_resources, workqueue
+from reconciler import consumer, crds, manager, mirror, sync_resources, workqueue
 from reconciler import settings as reconciler_settings
 from watcher import config as watcher_config
 from watcher import metrics as watcher_metrics
@@ -548,6 +548,7 @@ def _code_metrics() -> set[str]:
     workqueue.QueueMetrics(registry)
     consumer.ConsumerMetrics(registry)
     sync_resources.OrphanCount(registry)
+    mirror.held_mirrors(registry)
     manager.RuntimeInfo(registry)
     rotation.RotationMetrics(registry)
     return _exposed(registry)

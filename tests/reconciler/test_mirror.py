@@ -199,6 +199,51 @@ async def test_a_new_object_of_a_mirrored_name_never_gets_the_status_of_the_one_
     await _remove(skr, source_path, kcp.api, mirror_path)
 
 
+async def test_a_mirror_its_manager_holds_is_warned_about_and_replaced_once_released(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A VpcPeering's mirror carries its manager's finalizer. While the reconciler is down, a user strips our finalizer,
+    deletes the object and creates another of the name. The earlier mirror is deleted but its manager holds it: the new
+    object waits unmirrored, and past the warning threshold a Warning Event on the held mirror, a warning log and
+    kyma_reconciler_mirrors_held_total say so (before, only an info log every 5 s). Once the manager lets go the new
+    object is mirrored."""
+    for api in (kcp.api, *kcp.skrs.values()):
+        await crds.install(api, [crds.vpc_peering_crd()])
+    skr = kcp.skrs["skr-1"]
+    source_path = crds.VPC_PEERING.object_path(kcp.runtime_namespace, "peer-held")
+    mirror_path = crds.VPC_PEERING.object_path("mirror-skr-1", f"{kcp.runtime_namespace}.peer-held")
+    async with run_controller(mirror={"enabled": True, "resync_seconds": 1}):
+        await kube.request(
+            skr, "POST", crds.VPC_PEERING.path(kcp.runtime_namespace), body=peering(kcp, "peer-held", "vpc-1")
+        )
+        await eventually(lambda: _exists(kcp.api, mirror_path), what="mirrored")
+    earlier = await kube.merge_patch(kcp.api, mirror_path, {"metadata": {"finalizers": ["example.com/peering"]}})
+    await kube.merge_patch(skr, source_path, {"metadata": {"finalizers": None}})
+    await kube.request(skr, "DELETE", source_path)
+    again = await kube.request(
+        skr, "POST", crds.VPC_PEERING.path(kcp.runtime_namespace), body=peering(kcp, "peer-held", "vpc-9")
+    )
+    # No resync after the start's: once warned about, the pass is woken by the earlier mirror's deletion.
+    async with run_controller(mirror={"enabled": True, "resync_seconds": 3600, "held_warning_seconds": 1}) as running:
+
+        async def warned() -> bool:
+            listing = await kube.request(
+                kcp.api,
+                "GET",
+                kube.EVENTS.path("mirror-skr-1"),
+                query=[("fieldSelector", f"involvedObject.uid={earlier['metadata']['uid']}")],
+            )
+            return any(e["type"] == "Warning" and e["reason"] == "EarlierMirrorHeld" for e in listing["items"])
+
+        await eventually(warned, what="a Warning Event on the held mirror")
+        assert (running.shared.registry.get_sample_value("kyma_reconciler_mirrors_held_total") or 0) >= 1
+        assert await _mirrors(kcp.api, mirror_path, earlier["metadata"]["annotations"][mirror.SOURCE_UID])
+        assert (await kube.request(skr, "GET", source_path)).get("status") is None
+        await kube.merge_patch(kcp.api, mirror_path, {"metadata": {"finalizers": None}})
+        await eventually(lambda: _mirrors(kcp.api, mirror_path, again["metadata"]["uid"]), what="the new one mirrored")
+    await _remove(skr, source_path, kcp.api, mirror_path)
+
+
 async def test_a_status_flows_back_only_to_the_object_mirrored(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
     """Between the reconciler's read of a VpcPeering and its write of the mirror's status back, a user strips our
     finalizer, deletes the object and creates another of the name: the status write is refused (it is conditional
