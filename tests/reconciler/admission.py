@@ -80,11 +80,13 @@ async def racing_admission(
     race: Race = annotated,
     rule: dict[str, Any] | None = None,
     selector: dict[str, str] | None = None,
+    name: str | None = None,
 ) -> AsyncIterator[list[str]]:
     """The reconciler's first write that ``rule`` names (default: an update of a ConfigMap) to an object labelled
-    ``selector`` (default: ``race: <label>``) loses a race, certainly: the runtime's webhook, before it allows that
-    write, lets ``race`` have another writer change the object (by default: annotate it), so the write is refused
-    when it is stored (409). Yields the names of the objects raced, each once its race is over."""
+    ``selector`` (default: ``race: <label>``), and named ``name`` if given, loses a race, certainly: the runtime's
+    webhook, before it allows that write, lets ``race`` have another writer change the object (by default: annotate
+    it), so the write is refused when it is stored (409). Yields the names of the objects raced, each once its race
+    is over."""
     rule = rule or operations_on(kube.CONFIGMAPS, "UPDATE")
     selector = selector or {"race": label}
     ca = pki.create_ca("racing-webhook")
@@ -110,6 +112,7 @@ async def racing_admission(
             ours
             and admission["operation"] in rule["operations"]
             and written in rule["resources"]
+            and name in (None, admission["object"]["metadata"].get("name"))
             and not racing.is_set()
         ):
             racing.set()  # before the race: its own writes may come through here

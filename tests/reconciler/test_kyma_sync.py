@@ -242,3 +242,42 @@ async def test_a_runtime_kyma_someone_else_creates_first_is_never_taken_over(
         await kube.request(kcp.api, "DELETE", KCP_KYMA)
         await more_reconciles(running.shared.registry, "kyma", 3)
         assert await _skr_kyma(kcp, "skr-2") is not None, "not ours to remove"
+
+
+async def test_a_status_write_that_loses_a_race_is_read_and_made_again_at_once(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """KCP's Kyma gets a status. Its write to the runtime Kyma, conditional on the Kyma just written, loses a race with
+    another writer (it annotates the runtime Kyma): refused (409), read again and made in the same pass, not failed
+    to its backoff. The status is down, the other writer's field stays, the conflict is counted and no reconcile
+    failed."""
+    skr = kcp.skrs["skr-2"]
+    failed = {"controller": "kyma", "outcome": "error"}
+
+    async def annotated(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+        await kube.merge_patch(api, SKR_KYMA, {"metadata": {"annotations": {"raced": "yes"}}})
+
+    async def status_down() -> bool:
+        return ((await _skr_kyma(kcp, "skr-2") or {}).get("status") or {}).get("state") == "Warning"
+
+    async with run_controller(
+        kyma={"enabled": True, "resync_seconds": 1, "runtime_crds": "create-if-absent"}
+    ) as running:
+        await eventually(lambda: _has_finalizer(kcp, "skr-2"), what="the runtime Kyma created")
+        await more_reconciles(running.shared.registry, "kyma", 4)  # the create's hand-over done too
+        failures = running.shared.registry.get_sample_value("kyma_reconciler_reconciles_total", failed) or 0
+        async with admission.racing_admission(
+            skr,
+            label=uuid.uuid4().hex[:8],
+            race=annotated,
+            rule=admission.operations_on(crds.KYMA, "UPDATE", subresource="status"),
+            selector={wire.SYNCED_LABEL: wire.SYNCED_VALUE},
+        ) as raced:
+            await kube.merge_patch(kcp.api, f"{KCP_KYMA}/status", {"status": {"state": "Warning"}})
+            await eventually(lambda: raced == ["default"], what="the status write raced")
+            await eventually(status_down, what="the status in the runtime")
+        kyma = await _skr_kyma(kcp, "skr-2") or {}
+        assert kyma["metadata"]["annotations"]["raced"] == "yes", "the other writer's field stays"
+        conflicts = {"controller": "kyma"}
+        assert running.shared.registry.get_sample_value("kyma_reconciler_write_conflicts_total", conflicts) == 1
+        assert (running.shared.registry.get_sample_value("kyma_reconciler_reconciles_total", failed) or 0) == failures

@@ -9,7 +9,7 @@ import pytest
 from nats.aio.client import Client as Nats
 
 from clients import informer, kube
-from contract import events, ids
+from contract import events, ids, wire
 from devenv import landscape as landscape_mod
 from devenv import standins
 from reconciler import crds, mirror
@@ -281,6 +281,54 @@ async def test_a_status_flows_back_only_to_the_object_mirrored(kcp: Kcp, run_con
         found = await kube.request(skr, "GET", source_path)
         assert found["metadata"]["uid"] == again["metadata"]["uid"]
         assert found.get("status") is None, "the earlier peering's status is not the new object's"
+    await _remove(skr, source_path, kcp.api, mirror_path)
+
+
+async def test_a_mirror_write_that_loses_a_race_is_read_and_made_again_at_once(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A user changes a mirrored VpcPeering. The mirror's update, conditional on the mirror as read, loses a race with
+    another writer in KCP (its manager annotates the mirror): refused (409), read again and made in the same pass, not
+    failed to its backoff. The mirror has the new spec, the manager's field stays, the conflict is counted and no
+    reconcile failed."""
+    for api in (kcp.api, *kcp.skrs.values()):
+        await crds.install(api, [crds.vpc_peering_crd()])
+    skr = kcp.skrs["skr-1"]
+    source_path = crds.VPC_PEERING.object_path(kcp.runtime_namespace, "peer-changed")
+    mirror_name = f"{kcp.runtime_namespace}.peer-changed"
+    mirror_path = crds.VPC_PEERING.object_path("mirror-skr-1", mirror_name)
+    failed = {"controller": "mirror", "outcome": "error"}
+
+    async def annotated(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+        await kube.merge_patch(api, mirror_path, {"metadata": {"annotations": {"raced": "yes"}}})
+
+    async def mirror_spec_is(remote: str) -> bool:
+        found = await kube.get_or_none(kcp.api, mirror_path)
+        return found is not None and bool(found["spec"] == {"remoteVpc": remote})
+
+    async with run_controller(mirror={"enabled": True, "resync_seconds": 1}) as running:
+        await kube.request(
+            skr, "POST", crds.VPC_PEERING.path(kcp.runtime_namespace), body=peering(kcp, "peer-changed", "vpc-1")
+        )
+        await eventually(lambda: mirror_spec_is("vpc-1"), what="mirrored")
+        await more_reconciles(running.shared.registry, "mirror", 4)  # the create's hand-over done too
+        failures = running.shared.registry.get_sample_value("kyma_reconciler_reconciles_total", failed) or 0
+        async with admission.racing_admission(
+            kcp.api,
+            label=uuid.uuid4().hex[:8],
+            race=annotated,
+            rule=admission.operations_on(crds.VPC_PEERING, "UPDATE"),
+            selector={wire.RUNTIME_LABEL: "skr-1"},
+            name=mirror_name,
+        ) as raced:
+            await kube.merge_patch(skr, source_path, {"spec": {"remoteVpc": "vpc-2"}})
+            await eventually(lambda: raced == [mirror_name], what="the mirror's update raced")
+            await eventually(lambda: mirror_spec_is("vpc-2"), what="the change mirrored")
+        found = await kube.request(kcp.api, "GET", mirror_path)
+        assert found["metadata"]["annotations"]["raced"] == "yes", "the manager's field stays"
+        conflicts = {"controller": "mirror"}
+        assert running.shared.registry.get_sample_value("kyma_reconciler_write_conflicts_total", conflicts) == 1
+        assert (running.shared.registry.get_sample_value("kyma_reconciler_reconciles_total", failed) or 0) == failures
     await _remove(skr, source_path, kcp.api, mirror_path)
 
 

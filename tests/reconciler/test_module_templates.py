@@ -176,6 +176,46 @@ async def test_a_template_someone_else_creates_first_in_a_runtime_is_never_taken
     await kube.delete(kcp.skrs["skr-1"], f"{RUNTIME_PATH}/{name}")
 
 
+async def test_a_repair_that_loses_a_race_is_read_and_made_again_at_once(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A user edits a template's copy in a runtime. The repair, conditional on the copy as read, loses a race with
+    another writer (it annotates the copy): refused (409), read again and made in the same pass, not failed to its
+    backoff. The copy is back, the other writer's annotation stays, the conflict is counted and no reconcile
+    failed."""
+    label = uuid.uuid4().hex[:8]
+    name = f"repaired-{label}"
+    skr, path = kcp.skrs["skr-1"], f"{RUNTIME_PATH}/{name}"
+
+    async def annotated(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+        await kube.merge_patch(api, path, {"metadata": {"annotations": {"raced": "yes"}}})
+
+    async def version_is(version: str) -> bool:
+        return bool(((await template_in(kcp, "skr-1", name)) or {}).get("spec", {}).get("version") == version)
+
+    reconciles_total = "kyma_reconciler_reconciles_total"
+    failed = {"controller": "module_templates", "outcome": "error"}
+    await create_template(kcp, name, "1.0.0", {"race": label})
+    async with run_controller(
+        module_templates={"enabled": True, "resync_seconds": 1, "runtime_crds": "create-if-absent"}
+    ) as running:
+        await eventually(lambda: version_is("1.0.0"), what="copied")
+        await more_reconciles(running.shared.registry, "module_templates", 4)  # the create's hand-over done too
+        failures = running.shared.registry.get_sample_value(reconciles_total, failed) or 0
+        updated = admission.operations_on(crds.MODULE_TEMPLATE, "UPDATE")
+        async with admission.racing_admission(skr, label=label, race=annotated, rule=updated) as raced:
+            await kube.merge_patch(skr, path, {"spec": {"version": "6.6.6"}})
+            await eventually(lambda: raced == [name], what="the repair raced")
+            await eventually(lambda: version_is("1.0.0"), what="the copy repaired")
+        copy = await template_in(kcp, "skr-1", name) or {}
+        assert copy["metadata"]["annotations"]["raced"] == "yes", "the other writer's field stays"
+        conflicts = {"controller": "module_templates"}
+        assert running.shared.registry.get_sample_value("kyma_reconciler_write_conflicts_total", conflicts) == 1
+        assert (running.shared.registry.get_sample_value(reconciles_total, failed) or 0) == failures
+    await kube.delete(kcp.api, f"{KCP_PATH}/{name}")
+    await kube.delete(skr, path)
+
+
 async def _present(kcp: Kcp, runtime: str, name: str) -> bool:
     return await template_in(kcp, runtime, name) is not None
 

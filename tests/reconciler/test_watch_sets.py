@@ -1,6 +1,7 @@
 """Watch sets derived in KCP: what is synced to a runtime is watched there, so its drift is an event."""
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -12,7 +13,8 @@ from devenv import landscape as landscape_mod
 from reconciler import diff
 from reconciler import watch_sets as reconciler_watch_sets
 
-from ..waiting import eventually
+from ..waiting import eventually, more_reconciles
+from . import admission
 from .conftest import Kcp, bind, label_kyma
 
 pytestmark = pytest.mark.integration
@@ -304,6 +306,41 @@ async def test_a_deleted_grant_is_repaired_though_the_set_did_not_change(
         await eventually(lambda: _watched(kcp, "serviceaccounts"), what="the watch set")
         await kube.request(kcp.skrs["skr-1"], "DELETE", role)
         await eventually(lambda: _role_exists(kcp, role), what="the ClusterRole back")
+
+
+async def test_a_repair_that_loses_a_race_is_read_and_made_again_at_once(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A user empties a runtime's watch set. Its repair, conditional on the ConfigMap as read, loses a race with another
+    writer (it annotates the ConfigMap): refused (409), read again and made in the same pass, not failed to its
+    backoff. The watch set is back, the other writer's field stays, the conflict is counted and no reconcile
+    failed."""
+    skr = kcp.skrs["skr-1"]
+    failed = {"controller": "watch_sets", "outcome": "error"}
+
+    async def annotated(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+        await kube.merge_patch(api, WATCH_SET, {"metadata": {"annotations": {"raced": "yes"}}})
+
+    async with run_controller(watch_sets={"enabled": True, "resync_seconds": 1}) as running:
+        await kcp.create("raced", {"kyma": "skr-1", "items": [_service_account(kcp)]})
+        await eventually(lambda: _watched(kcp, "serviceaccounts"), what="the watch set")
+        await more_reconciles(running.shared.registry, "watch_sets", 4)  # the create's hand-over done too
+        failures = running.shared.registry.get_sample_value("kyma_reconciler_reconciles_total", failed) or 0
+        async with admission.racing_admission(
+            skr,
+            label=uuid.uuid4().hex[:8],
+            race=annotated,
+            selector={wire.SYNCED_LABEL: wire.SYNCED_VALUE},
+            name=watch_sets.CONFIG_MAP,
+        ) as raced:
+            await kube.merge_patch(skr, WATCH_SET, {"data": {watch_sets.DATA_KEY: watch_sets.WatchSet.of([]).encode()}})
+            await eventually(lambda: raced == [watch_sets.CONFIG_MAP], what="the repair raced")
+            await eventually(lambda: _watched(kcp, "serviceaccounts"), what="the watch set repaired")
+        found = await kube.request(skr, "GET", WATCH_SET)
+        assert found["metadata"]["annotations"]["raced"] == "yes", "the other writer's field stays"
+        conflicts = {"controller": "watch_sets"}
+        assert running.shared.registry.get_sample_value("kyma_reconciler_write_conflicts_total", conflicts) == 1
+        assert (running.shared.registry.get_sample_value("kyma_reconciler_reconciles_total", failed) or 0) == failures
 
 
 async def _role_exists(kcp: Kcp, path: str) -> bool:
