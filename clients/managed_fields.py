@@ -1,4 +1,5 @@
-"""managedFields: what a create left to an Update entry, handed to the same manager's Apply entry.
+"""managedFields: what a create left to an Update entry, handed to the same manager's Apply entry; a manager's
+entries handed to another when an object is let go.
 
 A create (POST) is recorded as an Update, and what an Update set is never removed by a later server-side apply of
 the same manager that leaves it out: the apiserver sees another owner of it. kubectl's csaupgrade moves such
@@ -78,3 +79,9 @@ def as_applied(entries: list[dict[str, Any]], manager: str, created: dict[str, A
     }
     others = [e for e in entries if not _of(e, manager, "Update") and not _of(e, manager, "Apply")]
     return [*others, *([{**update, "fieldsV1": kept}] if kept else []), folded]
+
+
+def released(entries: list[dict[str, Any]], manager: str, to: str) -> list[dict[str, Any]]:
+    """``entries`` with every entry of ``manager`` (its status entries too) made ``to``'s: the fields stay owned, by a
+    manager that never applies, so a later apply of ``manager`` that leaves them out does not remove them."""
+    return [{**e, "manager": to} if e.get("manager") == manager else e for e in entries]

@@ -30,6 +30,9 @@ DELIVERIES_HEADER = "Kyma-Deliveries"
 
 RECONCILER_FIELD_MANAGER = "kyma-sync-reconciler"
 """The field manager of every reconciler write; watchers drop changes made under it."""
+RELEASED_FIELD_MANAGER = "kyma-sync-released"
+"""Who owns the fields of an object a SyncResource let go without deleting it (deletePolicy Orphan): the reconciler's
+entries are renamed to it, so no later apply of ours (adopting the object again) removes what the first item set."""
 RECONCILER_EVENT_SOURCE = "kyma-sync-reconciler"
 """The source component of the Kubernetes Events the reconciler records in KCP (as kubectl describe shows them);
 the same name as the field manager, but a different contract: one may change without the other."""

@@ -30,7 +30,7 @@ from typing import Any
 import pydantic
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from clients import informer, kube, objects
+from clients import informer, kube, managed_fields, objects
 from contract import wire
 from kit import aio
 from reconciler import crds, diff, kinds, model, records, runtime_clients, settings, sync_plan, tenancy, workqueue
@@ -1240,12 +1240,18 @@ def _record(runtime: str, item: model.Item, ref: objects.Ref) -> model.AppliedRe
 
 
 def _unmarking(live: dict[str, Any]) -> dict[str, Any]:
-    """A merge patch that removes our marks, valid only for the version seen (a changed object makes it fail)."""
+    """A merge patch that removes our marks and hands what we own to ``wire.RELEASED_FIELD_MANAGER`` (adopted again
+    later, an apply of ours would otherwise remove what the first item set), valid only for the version seen (a
+    changed object makes it fail)."""
+    entries = live["metadata"].get("managedFields") or []
     return {
         "metadata": {
             "resourceVersion": live["metadata"]["resourceVersion"],
             "labels": {wire.SYNCED_LABEL: None},
             "annotations": {wire.OWNER_ANNOTATION: None, wire.SOURCE_ANNOTATION: None},
+            "managedFields": managed_fields.released(
+                entries, wire.RECONCILER_FIELD_MANAGER, wire.RELEASED_FIELD_MANAGER
+            ),
         }
     }
 

@@ -71,3 +71,10 @@ def test_entries_of_different_api_versions_are_not_moved() -> None:
     updated = {**_entry(OURS, "Update", {"f:spec": {}}), "apiVersion": "example.io/v2"}
     with pytest.raises(managed_fields.UnmovableError):
         managed_fields.as_applied([applied, updated], OURS, {"f:spec": {}})
+
+
+def test_released_entries_change_manager_only() -> None:
+    ours = [_entry(OURS, "Apply", CREATED), _entry(OURS, "Update", {"f:status": {}}, subresource="status")]
+    theirs = _entry("kubectl", "Update", {"f:data": {"f:k": {}}})
+    released = managed_fields.released([*ours, theirs], OURS, "released")
+    assert released == [*({**e, "manager": "released"} for e in ours), theirs]

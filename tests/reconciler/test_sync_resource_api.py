@@ -177,6 +177,35 @@ async def test_an_orphaned_item_leaves_its_object_in_place_unmanaged(
     assert await kcp.configmap_in("skr-1", dropped) is None
 
 
+async def test_an_orphaned_object_adopted_again_keeps_what_its_first_item_set(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """deletePolicy Orphan lets an object go: its content is no longer ours. Adopted later by another SyncResource's
+    item (adoption IfUnmanaged, allowed by the SyncBinding) that sets one of its keys, the other keys stay, as they do
+    when any object not ours is adopted (a server-side apply keeps what others own). Before, they were removed: our
+    field manager still owned what the first item had set."""
+    name = f"cm-{uuid.uuid4().hex[:6]}"
+    await bind(kcp.api, kcp.namespace, allowAdoption=True)
+    first = {**kcp.configmap(name, {"a": "1", "b": "2"}), "deletePolicy": "Orphan"}
+    other = kcp.configmap(f"other-{name}", {"k": "v"})
+    async with run_controller():
+        await kcp.create("first", {"kyma": "skr-1", "items": [first, other]})
+        await eventually(lambda: _data(kcp, name, {"a": "1", "b": "2"}), what="created")
+        await kcp.patch_spec("first", {"items": [other]})
+
+        async def released() -> bool:
+            live = await kcp.configmap_in("skr-1", name)
+            return live is not None and wire.OWNER_ANNOTATION not in (live["metadata"].get("annotations") or {})
+
+        await eventually(released, what="let go")
+        await kcp.create(
+            "second", {"kyma": "skr-1", "items": [{**kcp.configmap(name, {"a": "9"}), "adoption": "IfUnmanaged"}]}
+        )
+        await eventually(lambda: _state_is(kcp, "second", "Ready"), what="adopted")
+    live = await kcp.configmap_in("skr-1", name) or {}
+    assert live["data"] == {"a": "9", "b": "2"}, "what the first item set is not ours any more: it stays"
+
+
 async def test_ignored_fields_are_set_once_and_never_reset(kcp: Kcp, run_controller: Callable[..., Any]) -> None:
     """ignoreFields: /data/b is created with the item's value; a user's edit of it stays while drift of /data/a is
     reset (each resync applies the rest)."""
