@@ -1,5 +1,5 @@
 """managedFields: what a create left to an Update entry, handed to the same manager's Apply entry; a manager's
-entries handed to another when an object is let go.
+entries handed to another when an object is let go; what a manager owns that it no longer wants.
 
 A create (POST) is recorded as an Update, and what an Update set is never removed by a later server-side apply of
 the same manager that leaves it out: the apiserver sees another owner of it. kubectl's csaupgrade moves such
@@ -51,6 +51,16 @@ def created_fields(entries: list[dict[str, Any]], manager: str) -> dict[str, Any
     return next((e.get("fieldsV1") or {} for e in entries if _of(e, manager, "Update")), {})
 
 
+def left_by_a_create(entries: list[dict[str, Any]], manager: str) -> dict[str, Any]:
+    """What ``manager``'s Update entry on the object itself holds, finalizers aside: on an object created before
+    creates handed their fields over (from stop 32 to e47c16d), or whose hand-over failed, what its create set. A
+    finalizer stays in the Update entry: our merge patches add them (the mirror's), and no apply may remove one."""
+    fields = created_fields(entries, manager)
+    metadata = {key: value for key, value in (fields.get("f:metadata") or {}).items() if key != "f:finalizers"}
+    rest = {key: value for key, value in fields.items() if key != "f:metadata"}
+    return rest | ({"f:metadata": metadata} if metadata else {})
+
+
 class UnmovableError(ValueError):
     """The manager's entries are of different apiVersions: field paths of one version are not another's, so nothing
     is moved (the object keeps extra fields, never fewer)."""
@@ -85,3 +95,28 @@ def released(entries: list[dict[str, Any]], manager: str, to: str) -> list[dict[
     """``entries`` with every entry of ``manager`` (its status entries too) made ``to``'s: the fields stay owned, by a
     manager that never applies, so a later apply of ``manager`` that leaves them out does not remove them."""
     return [{**e, "manager": to} if e.get("manager") == manager else e for e in entries]
+
+
+def unwanted(entries: list[dict[str, Any]], manager: str, wanted: dict[str, Any]) -> list[str]:
+    """Paths of fields ``manager`` owns on the object itself (its Apply and Update entries) that ``wanted`` leaves
+    out: an apply of ``wanted`` would remove them, so it is due even when the object holds everything ``wanted``
+    says. Map keys only (under a list nothing is compared: a caller compares lists whole); finalizers aside, as in
+    ``left_by_a_create``."""
+    found: list[str] = []
+
+    def walk(owned: dict[str, Any], want: Any, path: tuple[str, ...]) -> None:
+        if not isinstance(want, dict):
+            return
+        for key, below in owned.items():
+            if not key.startswith("f:") or (*path, key) == ("metadata", "f:finalizers"):
+                continue  # the map itself ("."), a list's "k:", "v:" and "i:" entries; finalizers
+            name = key.removeprefix("f:")
+            if name not in want:
+                found.append("/" + "/".join((*path, name)))
+            elif below:
+                walk(below, want[name], (*path, name))
+
+    for entry in entries:
+        if entry.get("manager") == manager and not entry.get("subresource"):
+            walk(entry.get("fieldsV1") or {}, wanted, ())
+    return found

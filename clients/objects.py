@@ -115,8 +115,8 @@ class ClusterObjects:
         object as read. A write in between (a controller adding a finalizer) or a failed call costs a read and
         another try while it is still the object created; only the create's own fields move, never what our other
         writes set since. The object replaced or gone meanwhile is returned as created (whoever wrote it next judges
-        it). After OWNERSHIP_ATTEMPTS failures, or entries it cannot move, it is left as it is with a warning: no
-        later pass hands these fields over, so they are kept, never fewer."""
+        it). After OWNERSHIP_ATTEMPTS failures, or entries it cannot move, it is left as it is with a warning, for the
+        next write over it to hand over (``with_create_handed_over``): until then its fields are kept, never fewer."""
         ref, current = Ref.of(created), created
         fields = managed_fields.created_fields(created["metadata"].get("managedFields") or [], self.field_manager)
         why = ""
@@ -158,8 +158,39 @@ class ClusterObjects:
         pass would create a missing one."""
         if read is None:
             return await self.create(obj)
+        try:
+            read = await self.with_create_handed_over(read)
+        except kube.NotFoundError:
+            pass  # deleted meanwhile: the apply creates it again
         metadata = {**obj["metadata"], "resourceVersion": read["metadata"]["resourceVersion"]}
         return await self.apply({**obj, "metadata": metadata})
+
+    def unwanted(self, live: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+        """Fields we own on ``live`` that ``wanted`` leaves out (``managed_fields.unwanted``): writing ``wanted`` is
+        due to remove them, even when ``live`` holds everything it says."""
+        return managed_fields.unwanted(live["metadata"].get("managedFields") or [], self.field_manager, wanted)
+
+    async def with_create_handed_over(self, live: dict[str, Any]) -> dict[str, Any]:
+        """``live`` with what an earlier create of ours still leaves to an Update entry (``managed_fields.
+        left_by_a_create``: objects created before creates handed their fields over, or whose hand-over failed) moved
+        to our Apply entry, so that our next apply removes what it leaves out; a patch conditional on ``live``
+        (ConflictError when the object moved, NotFoundError when it is gone). ``live`` itself when nothing is left to
+        move, as on every object since: a check in memory, no call."""
+        entries = live["metadata"].get("managedFields") or []
+        try:
+            moved = managed_fields.as_applied(
+                entries, self.field_manager, managed_fields.left_by_a_create(entries, self.field_manager)
+            )
+        except managed_fields.UnmovableError as exc:
+            log.debug("a create's fields left where they are: %s", exc, extra={"object": str(Ref.of(live))})
+            return live
+        if moved is None:
+            return live
+        log.info(
+            "fields an earlier create left to an Update entry handed to our apply", extra={"object": str(Ref.of(live))}
+        )
+        changes = {"resourceVersion": live["metadata"]["resourceVersion"], "managedFields": moved}
+        return await self.merge_patch(Ref.of(live), {"metadata": changes})
 
     async def apply(
         self, obj: dict[str, Any], *, subresource: str | None = None, dry_run: bool = False

@@ -70,7 +70,12 @@ class ModuleTemplateController(per_runtime.PerRuntimeController):
             if live is None and await cluster.get(objects.Ref.of(copy)) is not None:
                 continue  # a template of that name someone else put there: not ours to overwrite
             labelled = {field: value for field in ("labels", "annotations") if (value := copy["metadata"][field])}
-            if live is not None and live.get("spec") == copy["spec"] and diff.carries(live["metadata"], labelled):
+            if (
+                live is not None
+                and live.get("spec") == copy["spec"]
+                and diff.carries(live["metadata"], labelled)
+                and not cluster.unwanted(live, copy)  # a label the template lost
+            ):
                 continue
             await cluster.write_as_read(copy, live)  # refused if another writer got there first: judged again
         for name in set(present) - set(wanted):

@@ -81,8 +81,8 @@ class WatcherInstallController(per_runtime.RuntimeKeyed):
             raise watch_sets.NotOursError(
                 f"{wanted['kind']}/{wanted['metadata']['name']} exists and is not kyma-sync's"
             )
-        if live is not None and diff.carries(live, wanted):
-            return False
+        if live is not None and diff.carries(live, wanted) and not cluster.unwanted(live, wanted):
+            return False  # nothing drifted, and nothing we set before is left out now (an upgrade dropping a field)
         await cluster.write_as_read(wanted, live)  # refused if another writer got there first: judged again
         return True
 

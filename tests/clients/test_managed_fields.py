@@ -78,3 +78,21 @@ def test_released_entries_change_manager_only() -> None:
     theirs = _entry("kubectl", "Update", {"f:data": {"f:k": {}}})
     released = managed_fields.released([*ours, theirs], OURS, "released")
     assert released == [*({**e, "manager": "released"} for e in ours), theirs]
+
+
+def test_unwanted_names_what_the_manager_owns_and_no_longer_wants() -> None:
+    owned = {
+        "f:metadata": {"f:labels": {".": {}, "f:kept": {}, "f:gone": {}}, "f:finalizers": {'v:"ours"': {}}},
+        "f:spec": {"f:containers": {'k:{"name":"c"}': {"f:image": {}}}, "f:removed": {"f:deep": {}}},
+    }
+    entries = [
+        _entry(OURS, "Apply", owned),
+        _entry(OURS, "Update", {"f:status": {"f:x": {}}}, subresource="status"),
+        _entry("kubectl", "Update", {"f:data": {"f:theirs": {}}}),
+    ]
+    metadata = {"labels": {"kept": "v"}}
+    containers = [{"name": "c"}]
+    wanted = {"metadata": metadata, "spec": {"containers": containers}}
+    assert managed_fields.unwanted(entries, OURS, wanted) == ["/metadata/labels/gone", "/spec/removed"]
+    still = {"metadata": metadata, "spec": {"containers": containers, "removed": {"deep": 1}}}
+    assert managed_fields.unwanted(entries, OURS, still) == ["/metadata/labels/gone"]

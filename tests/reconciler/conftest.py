@@ -92,6 +92,20 @@ async def bind(kcp: client.ApiClient, namespace: str, **spec: Any) -> None:
     )
 
 
+async def as_created_before_the_hand_over(api: client.ApiClient, path: str) -> None:
+    """The object at ``path`` as creates between stop 32 and e47c16d left it: what our field manager set owned by an
+    Update entry (a create's), none by an Apply entry, so that no apply of ours removes what it leaves out."""
+    live = await kube.request(api, "GET", path)
+    entries = [
+        {**entry, "operation": "Update"}
+        if (entry["manager"], entry["operation"], entry.get("subresource"))
+        == (wire.RECONCILER_FIELD_MANAGER, "Apply", None)
+        else entry
+        for entry in live["metadata"]["managedFields"]
+    ]
+    await kube.merge_patch(api, path, {"metadata": {"managedFields": entries}})
+
+
 async def label_kyma(kcp: client.ApiClient, name: str, labels: dict[str, str | None]) -> None:
     await kube.request(
         kcp,

@@ -12,7 +12,7 @@ from reconciler import crds
 
 from ..waiting import eventually, more_reconciles
 from . import admission
-from .conftest import Kcp, label_kyma
+from .conftest import Kcp, as_created_before_the_hand_over, label_kyma
 
 pytestmark = pytest.mark.integration
 
@@ -214,6 +214,34 @@ async def test_a_repair_that_loses_a_race_is_read_and_made_again_at_once(
         assert (running.shared.registry.get_sample_value(reconciles_total, failed) or 0) == failures
     await kube.delete(kcp.api, f"{KCP_PATH}/{name}")
     await kube.delete(skr, path)
+
+
+@pytest.mark.parametrize("made", ["today", "before_creates_handed_their_fields_over"])
+async def test_a_label_the_template_loses_leaves_its_copies(
+    kcp: Kcp, run_controller: Callable[..., Any], made: str
+) -> None:
+    """A template in KCP loses a label (a module out of preview): its copy in a runtime loses it too, whether made by
+    today's code or by stop 32's, whose create's Update entry owns the label. Before, it stayed on both: a pass found
+    the copy carrying every label wanted and wrote nothing, and a write would not have removed what a create owned."""
+    name = f"loses-{uuid.uuid4().hex[:8]}"
+    copy_path = f"{RUNTIME_PATH}/{name}"
+    enabled = {"enabled": True, "resync_seconds": 1, "runtime_crds": "create-if-absent"}
+    await create_template(kcp, name, "1.0.0", {"example.com/stage": "preview", "example.com/team": "a"})
+    async with run_controller(module_templates=enabled):
+        await eventually(lambda: _present(kcp, "skr-1", name), what="copied")
+    if made != "today":
+        await as_created_before_the_hand_over(kcp.skrs["skr-1"], copy_path)
+    await kube.merge_patch(kcp.api, f"{KCP_PATH}/{name}", {"metadata": {"labels": {"example.com/stage": None}}})
+
+    async def label_gone() -> bool:
+        labels = ((await template_in(kcp, "skr-1", name)) or {"metadata": {}})["metadata"].get("labels") or {}
+        return "example.com/stage" not in labels and labels.get("example.com/team") == "a"
+
+    async with run_controller(module_templates=enabled):
+        await eventually(label_gone, what="the label gone from the copy")
+    await kube.delete(kcp.api, f"{KCP_PATH}/{name}")
+    await kube.delete(kcp.skrs["skr-1"], copy_path)
+    await kube.delete(kcp.skrs["skr-2"], copy_path)
 
 
 async def _present(kcp: Kcp, runtime: str, name: str) -> bool:

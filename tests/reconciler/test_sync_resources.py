@@ -19,7 +19,7 @@ from pki import kubeconfigs, pki
 from reconciler import controller, crds, sync_resources
 
 from ..waiting import eventually, more_reconciles
-from .conftest import Kcp, bind, ensure_namespace, label_kyma, register_runtime
+from .conftest import Kcp, as_created_before_the_hand_over, bind, ensure_namespace, label_kyma, register_runtime
 
 pytestmark = pytest.mark.integration
 
@@ -63,6 +63,26 @@ async def test_what_an_item_no_longer_sets_leaves_the_object_it_created(
         await eventually(lambda: _has(kcp, "skr-1", "cm-shrinks", {"kept": "v"}), what="the key removed")
         labels = ((await kcp.configmap_in("skr-1", "cm-shrinks")) or {})["metadata"]["labels"]
         assert "dropped" not in labels and labels["kept"] == "v"
+
+
+async def test_what_an_item_no_longer_sets_leaves_an_object_created_before_creates_handed_their_fields_over(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """An object created by the code of stop 32 (its fields owned by the create's Update entry) loses a key taken out
+    of its item once the reconciler runs today's code: the next pass hands what the create left over to our apply
+    first. Before, the key stayed until the object was deleted."""
+    item = kcp.configmap("cm-legacy", {"kept": "v", "dropped": "v"})
+    path = kube.CONFIGMAPS.object_path(kcp.runtime_namespace, "cm-legacy")
+    async with run_controller():
+        await kcp.create("legacy", {"kyma": "skr-1", "items": [item]})
+        await eventually(lambda: _has(kcp, "skr-1", "cm-legacy", {"kept": "v", "dropped": "v"}), what="created")
+    await as_created_before_the_hand_over(kcp.skrs["skr-1"], path)
+    item["resource"]["data"] = {"kept": "v"}
+    await kcp.patch_spec("legacy", {"items": [item]})
+    async with run_controller():
+        await eventually(lambda: _has(kcp, "skr-1", "cm-legacy", {"kept": "v"}), what="the key removed")
+    live = await kcp.configmap_in("skr-1", "cm-legacy") or {}
+    assert wire.OWNER_ANNOTATION in live["metadata"]["annotations"], "still ours, marked"
 
 
 async def test_a_new_generation_shows_processing_then_ready(kcp: Kcp, run_controller: Callable[..., Any]) -> None:

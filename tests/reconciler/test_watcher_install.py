@@ -71,6 +71,37 @@ async def _config_restored(api: kube.ApiClient) -> bool:
     return found is not None and found["data"]["watcher.yaml"] != "tampered"
 
 
+async def test_a_field_an_earlier_version_set_is_removed_on_upgrade(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """An earlier reconciler version applied a field today's no longer renders (emulated: the watcher's configuration
+    applied again under our field manager with one more label). Today's pass removes it, though the object holds
+    everything today's renders. Before, it stayed: the pass found nothing drifted and wrote nothing."""
+    skr = kcp.skrs["skr-1"]
+    async with run_controller(watcher_install=INSTALL):
+        await eventually(lambda: _exists(skr, CONFIG), what="the watcher installed")
+    live = await _get(skr, CONFIG) or {}
+    metadata = live["metadata"]
+    earlier = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": metadata["name"],
+            "namespace": metadata["namespace"],
+            "labels": {**metadata["labels"], "example.com/earlier": "yes"},
+        },
+        "data": live["data"],
+    }
+    await kube.apply(skr, CONFIG, earlier, field_manager=wire.RECONCILER_FIELD_MANAGER)
+
+    async def label_gone() -> bool:
+        return "example.com/earlier" not in ((await _get(skr, CONFIG) or {})["metadata"].get("labels") or {})
+
+    async with run_controller(watcher_install=INSTALL):
+        await eventually(label_gone, what="the earlier version's label removed")
+    assert (await _get(skr, CONFIG) or {})["data"] == live["data"]
+
+
 async def test_an_unreachable_runtime_shows_in_its_kyma_and_a_metric(
     kcp: Kcp, run_controller: Callable[..., Any]
 ) -> None:
