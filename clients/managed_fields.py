@@ -7,6 +7,7 @@ ownership into the Apply entry by rewriting managedFields; ``as_applied`` comput
 a field is a key, its children the keys of its value, an empty value a field owned as a leaf.
 """
 
+import json
 from typing import Any
 
 
@@ -52,9 +53,11 @@ def created_fields(entries: list[dict[str, Any]], manager: str) -> dict[str, Any
 
 
 def left_by_a_create(entries: list[dict[str, Any]], manager: str) -> dict[str, Any]:
-    """What ``manager``'s Update entry on the object itself holds, finalizers aside: on an object created before
-    creates handed their fields over (from stop 32 to e47c16d), or whose hand-over failed, what its create set. A
-    finalizer stays in the Update entry: our merge patches add them (the mirror's), and no apply may remove one."""
+    """What ``manager``'s Update entry on the object itself holds, finalizers aside: on an object an earlier
+    kyma-sync created without handing the create's fields over, or whose hand-over failed, what its create set.
+    This holds while the only non-apply writes of ours to objects we also apply set finalizers (the mirror's):
+    those stay in the Update entry, as no apply may remove one; a merge patch setting any other field there
+    would be handed to the apply, and removed by the next one that leaves it out."""
     fields = created_fields(entries, manager)
     metadata = {key: value for key, value in (fields.get("f:metadata") or {}).items() if key != "f:finalizers"}
     rest = {key: value for key, value in fields.items() if key != "f:metadata"}
@@ -92,31 +95,67 @@ def as_applied(entries: list[dict[str, Any]], manager: str, created: dict[str, A
 
 
 def released(entries: list[dict[str, Any]], manager: str, to: str) -> list[dict[str, Any]]:
-    """``entries`` with every entry of ``manager`` (its status entries too) made ``to``'s: the fields stay owned, by a
-    manager that never applies, so a later apply of ``manager`` that leaves them out does not remove them."""
-    return [{**e, "manager": to} if e.get("manager") == manager else e for e in entries]
+    """``entries`` with ``manager``'s entries on the object itself made ``to``'s (merged into one ``to`` already has,
+    as after an earlier release): the fields stay owned, by a manager that never applies, so a later apply of
+    ``manager`` that leaves them out does not remove them. Status entries stay ``manager``'s: its status writes go
+    on (the mirror's), and what they stop writing must still go."""
+    result: list[dict[str, Any]] = []
+    for entry in entries:
+        if entry.get("manager") != manager or entry.get("subresource"):
+            result.append(entry)
+            continue
+        operation, api_version = entry.get("operation"), entry.get("apiVersion")
+        earlier = next(
+            (i for i, e in enumerate(result) if _of(e, to, str(operation)) and e.get("apiVersion") == api_version),
+            None,
+        )
+        if earlier is None:
+            result.append({**entry, "manager": to})
+        else:
+            merged = _union(result[earlier].get("fieldsV1") or {}, entry.get("fieldsV1") or {})
+            result[earlier] = {**result[earlier], "fieldsV1": merged}
+    return result
 
 
 def unwanted(entries: list[dict[str, Any]], manager: str, wanted: dict[str, Any]) -> list[str]:
-    """Paths of fields ``manager`` owns on the object itself (its Apply and Update entries) that ``wanted`` leaves
-    out: an apply of ``wanted`` would remove them, so it is due even when the object holds everything ``wanted``
-    says. Map keys only (under a list nothing is compared: a caller compares lists whole); finalizers aside, as in
-    ``left_by_a_create``."""
+    """JSON pointers of the fields ``manager``'s Apply entry on the object itself owns that ``wanted`` leaves out: an apply of
+    ``wanted`` removes them, so it is due even when the object holds everything ``wanted`` says. Map keys, and list
+    items by their keys (``k:``) or values (``v:``); under an atomic list, compared whole by a caller, nothing.
+    Pass ``entries`` as they will be when written (``as_applied``): fields still in an Update entry are not removed
+    by the apply, and counting them would write again on every pass."""
     found: list[str] = []
 
     def walk(owned: dict[str, Any], want: Any, path: tuple[str, ...]) -> None:
-        if not isinstance(want, dict):
-            return
         for key, below in owned.items():
-            if not key.startswith("f:") or (*path, key) == ("metadata", "f:finalizers"):
-                continue  # the map itself ("."), a list's "k:", "v:" and "i:" entries; finalizers
-            name = key.removeprefix("f:")
-            if name not in want:
-                found.append("/" + "/".join((*path, name)))
-            elif below:
-                walk(below, want[name], (*path, name))
+            kind, _, name = key.partition(":")
+            if kind == "f" and isinstance(want, dict):
+                if name not in want:
+                    found.append(_pointer(*path, name))
+                elif below:
+                    walk(below, want[name], (*path, name))
+            elif kind == "k" and isinstance(want, list):
+                keys = json.loads(name)
+                item = next((w for w in want if isinstance(w, dict) and _same_item(keys, w)), None)
+                if item is None:
+                    found.append(_pointer(*path, key))
+                elif below:
+                    walk(below, item, (*path, key))
+            elif kind == "v" and isinstance(want, list) and json.loads(name) not in want:
+                found.append(_pointer(*path, key))
 
     for entry in entries:
-        if entry.get("manager") == manager and not entry.get("subresource"):
+        if _of(entry, manager, "Apply"):
             walk(entry.get("fieldsV1") or {}, wanted, ())
     return found
+
+
+def _same_item(keys: dict[str, Any], item: dict[str, Any]) -> bool:
+    """Whether a list item we want is the one an entry's ``k:`` names: the same values for the keys it sets (the
+    apiserver defaults keys before naming the item, e.g. a port's protocol; one we leave out tells nothing)."""
+    shared = [key for key in keys if key in item]
+    return bool(shared) and all(item[key] == keys[key] for key in shared)
+
+
+def _pointer(*path: str) -> str:
+    """A JSON pointer (a list item named by its ``k:``/``v:`` entry)."""
+    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in path)

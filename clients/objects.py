@@ -130,9 +130,8 @@ class ClusterObjects:
                 break
             if entries is None:
                 return current
-            changes = {"resourceVersion": current["metadata"]["resourceVersion"], "managedFields": entries}
             try:
-                return await self.merge_patch(ref, {"metadata": changes})
+                return await self._set_managed_fields(current, entries)
             except kube.NotFoundError:
                 return created
             except kube.KubeError as exc:  # another writer in between (409), a refusal, a blip: read, try again
@@ -152,44 +151,58 @@ class ClusterObjects:
 
     async def write_as_read(self, obj: dict[str, Any], read: dict[str, Any] | None) -> dict[str, Any]:
         """``obj`` written over the object as it was ``read``: created when it was missing, else applied conditional
-        on the read's resourceVersion. ConflictError when another writer created, changed or replaced it in between,
-        so what was decided on the read (missing, ours, drifted) never lands on an object it was not decided on;
-        one only deleted in between is created again (an apply creates whatever its resourceVersion), as the next
-        pass would create a missing one."""
+        on the read's resourceVersion (after ``with_create_handed_over``). ConflictError when another writer created,
+        changed or replaced it in between, so what was decided on the read (missing, ours, drifted) never lands on an
+        object it was not decided on; one only deleted in between is created again (an apply creates whatever its
+        resourceVersion), as the next pass would create a missing one."""
         if read is None:
             return await self.create(obj)
-        try:
-            read = await self.with_create_handed_over(read)
-        except kube.NotFoundError:
-            pass  # deleted meanwhile: the apply creates it again
+        read = await self.with_create_handed_over(read)
         metadata = {**obj["metadata"], "resourceVersion": read["metadata"]["resourceVersion"]}
         return await self.apply({**obj, "metadata": metadata})
 
     def unwanted(self, live: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
-        """Fields we own on ``live`` that ``wanted`` leaves out (``managed_fields.unwanted``): writing ``wanted`` is
-        due to remove them, even when ``live`` holds everything it says."""
-        return managed_fields.unwanted(live["metadata"].get("managedFields") or [], self.field_manager, wanted)
+        """Fields we own on ``live`` that ``wanted`` leaves out (``managed_fields.unwanted``), once what a create left
+        is handed over as the write will: writing ``wanted`` is due to remove them, even when ``live`` holds
+        everything it says."""
+        entries = live["metadata"].get("managedFields") or []
+        return managed_fields.unwanted(self._handed_over(live) or entries, self.field_manager, wanted)
 
     async def with_create_handed_over(self, live: dict[str, Any]) -> dict[str, Any]:
         """``live`` with what an earlier create of ours still leaves to an Update entry (``managed_fields.
-        left_by_a_create``: objects created before creates handed their fields over, or whose hand-over failed) moved
-        to our Apply entry, so that our next apply removes what it leaves out; a patch conditional on ``live``
-        (ConflictError when the object moved, NotFoundError when it is gone). ``live`` itself when nothing is left to
-        move, as on every object since: a check in memory, no call."""
+        left_by_a_create``: objects an earlier kyma-sync created without handing that over, or whose hand-over
+        failed) moved to our Apply entry, so that our next apply removes what it leaves out: a patch conditional on
+        ``live``, ConflictError when the object moved. ``live`` itself when nothing is left to move, as on every
+        object since (a check in memory, no call), or when the patch fails otherwise (refused, gone, a blip: logged,
+        and the write goes on; those fields are kept, never fewer)."""
+        moved = self._handed_over(live)
+        if moved is None:
+            return live
+        ref = Ref.of(live)
+        try:
+            handed = await self._set_managed_fields(live, moved)
+        except kube.ConflictError:
+            raise
+        except kube.KubeError as exc:
+            log.warning("a create's fields not handed over, kept for now: %s", exc, extra={"object": str(ref)})
+            return live
+        log.info("fields an earlier create left to an Update entry handed to our apply", extra={"object": str(ref)})
+        return handed
+
+    def _handed_over(self, live: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """``live``'s managedFields with what a create left handed over, or None when nothing is to move."""
         entries = live["metadata"].get("managedFields") or []
         try:
-            moved = managed_fields.as_applied(
+            return managed_fields.as_applied(
                 entries, self.field_manager, managed_fields.left_by_a_create(entries, self.field_manager)
             )
         except managed_fields.UnmovableError as exc:
             log.debug("a create's fields left where they are: %s", exc, extra={"object": str(Ref.of(live))})
-            return live
-        if moved is None:
-            return live
-        log.info(
-            "fields an earlier create left to an Update entry handed to our apply", extra={"object": str(Ref.of(live))}
-        )
-        changes = {"resourceVersion": live["metadata"]["resourceVersion"], "managedFields": moved}
+            return None
+
+    async def _set_managed_fields(self, live: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
+        """``entries`` as ``live``'s managedFields, conditional on its resourceVersion (a rewrite, as csaupgrade's)."""
+        changes = {"resourceVersion": live["metadata"]["resourceVersion"], "managedFields": entries}
         return await self.merge_patch(Ref.of(live), {"metadata": changes})
 
     async def apply(

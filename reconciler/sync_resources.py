@@ -924,7 +924,9 @@ class SyncResourceReconciler:
             return model.State.FORBIDDEN, f"{refused} (with the live values of its ignored fields)", False
         body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
         if act.dry_run:
-            changes = diff.changed_paths(live, await act.cluster.apply(body, dry_run=True))
+            # What an earlier create left to an Update entry goes too, handed over first: not in this apply's answer.
+            applied = await act.cluster.apply(body, dry_run=True)
+            changes = sorted({*diff.changed_paths(live, applied), *act.cluster.unwanted(live, body)})
             if not changes:
                 return model.State.READY, "in sync", False
             verb = "would adopt and change" if holder is None else "would change"

@@ -73,26 +73,66 @@ def test_entries_of_different_api_versions_are_not_moved() -> None:
         managed_fields.as_applied([applied, updated], OURS, {"f:spec": {}})
 
 
-def test_released_entries_change_manager_only() -> None:
-    ours = [_entry(OURS, "Apply", CREATED), _entry(OURS, "Update", {"f:status": {}}, subresource="status")]
+def test_released_entries_change_manager_and_keep_the_status_ones() -> None:
+    applied, created = _entry(OURS, "Apply", {"f:data": {"f:a": {}}}), _entry(OURS, "Update", CREATED)
+    status = _entry(OURS, "Update", {"f:status": {}}, subresource="status")
     theirs = _entry("kubectl", "Update", {"f:data": {"f:k": {}}})
-    released = managed_fields.released([*ours, theirs], OURS, "released")
-    assert released == [*({**e, "manager": "released"} for e in ours), theirs]
+    released = managed_fields.released([applied, created, status, theirs], OURS, "released")
+    assert released == [{**applied, "manager": "released"}, {**created, "manager": "released"}, status, theirs]
 
 
-def test_unwanted_names_what_the_manager_owns_and_no_longer_wants() -> None:
+def test_released_again_merges_into_the_entry_an_earlier_release_left() -> None:
+    earlier = _entry("released", "Apply", {"f:data": {"f:a": {}}})
+    again = _entry(OURS, "Apply", {"f:data": {"f:b": {}}})
+    [merged] = managed_fields.released([earlier, again], OURS, "released")
+    assert merged == {**earlier, "fieldsV1": {"f:data": {"f:a": {}, "f:b": {}}}}
+
+
+def test_a_create_leaves_all_but_finalizers_to_hand_over() -> None:
+    finalizers: dict[str, Any] = {"f:finalizers": {".": {}, 'v:"kyma-project.io/kcp-mirror"': {}}}
+    update = _entry(OURS, "Update", {"f:data": {"f:k": {}}, "f:metadata": {**finalizers, "f:labels": {"f:x": {}}}})
+    left = managed_fields.left_by_a_create([update, _entry("kubectl", "Update", {"f:spec": {}})], OURS)
+    assert left == {"f:data": {"f:k": {}}, "f:metadata": {"f:labels": {"f:x": {}}}}
+    only_finalizers = _entry(OURS, "Update", {"f:metadata": finalizers})
+    assert managed_fields.left_by_a_create([only_finalizers], OURS) == {}
+
+
+def test_unwanted_names_what_the_apply_entry_owns_and_no_longer_wants() -> None:
+    ports: dict[str, Any] = {
+        'k:{"containerPort":80,"protocol":"TCP"}': {"f:containerPort": {}},
+        'k:{"containerPort":81}': {},
+    }
     owned = {
-        "f:metadata": {"f:labels": {".": {}, "f:kept": {}, "f:gone": {}}, "f:finalizers": {'v:"ours"': {}}},
-        "f:spec": {"f:containers": {'k:{"name":"c"}': {"f:image": {}}}, "f:removed": {"f:deep": {}}},
+        "f:metadata": {
+            "f:labels": {".": {}, "f:kept": {}, "f:example.com/gone": {}},
+            "f:finalizers": {".": {}, 'v:"ours"': {}},
+        },
+        "f:spec": {
+            "f:containers": {'k:{"name":"c"}': {".": {}, "f:name": {}, "f:image": {}, "f:ports": ports}},
+            "f:removed": {"f:deep": {}},
+        },
     }
     entries = [
         _entry(OURS, "Apply", owned),
+        _entry(OURS, "Update", {"f:data": {"f:left": {}}}),  # what the apply cannot remove is not counted
         _entry(OURS, "Update", {"f:status": {"f:x": {}}}, subresource="status"),
         _entry("kubectl", "Update", {"f:data": {"f:theirs": {}}}),
     ]
-    metadata = {"labels": {"kept": "v"}}
-    containers = [{"name": "c"}]
-    wanted = {"metadata": metadata, "spec": {"containers": containers}}
-    assert managed_fields.unwanted(entries, OURS, wanted) == ["/metadata/labels/gone", "/spec/removed"]
-    still = {"metadata": metadata, "spec": {"containers": containers, "removed": {"deep": 1}}}
-    assert managed_fields.unwanted(entries, OURS, still) == ["/metadata/labels/gone"]
+    # A port's protocol, defaulted by the apiserver, names its item too: the port is still wanted.
+    container = {"name": "c", "image": "i", "ports": [{"containerPort": 80}]}
+    wanted = {"metadata": {"labels": {"kept": "v"}, "finalizers": ["ours"]}, "spec": {"containers": [container]}}
+    assert managed_fields.unwanted(entries, OURS, wanted) == [
+        "/metadata/labels/example.com~1gone",
+        '/spec/containers/k:{"name":"c"}/ports/k:{"containerPort":81}',
+        "/spec/removed",
+    ]
+    everything: dict[str, Any] = {
+        "metadata": {"labels": {"kept": "v", "example.com/gone": "v"}, "finalizers": ["ours"]},
+        "spec": {
+            "containers": [{**container, "ports": [{"containerPort": 80}, {"containerPort": 81}]}],
+            "removed": {"deep": 1},
+        },
+    }
+    assert managed_fields.unwanted(entries, OURS, everything) == []
+    other_finalizer = {**everything, "metadata": {**everything["metadata"], "finalizers": ["theirs"]}}
+    assert managed_fields.unwanted(entries, OURS, other_finalizer) == ['/metadata/finalizers/v:"ours"']

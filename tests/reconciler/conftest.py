@@ -93,17 +93,25 @@ async def bind(kcp: client.ApiClient, namespace: str, **spec: Any) -> None:
 
 
 async def as_created_before_the_hand_over(api: client.ApiClient, path: str) -> None:
-    """The object at ``path`` as creates between stop 32 and e47c16d left it: what our field manager set owned by an
-    Update entry (a create's), none by an Apply entry, so that no apply of ours removes what it leaves out."""
-    live = await kube.request(api, "GET", path)
-    entries = [
-        {**entry, "operation": "Update"}
-        if (entry["manager"], entry["operation"], entry.get("subresource"))
-        == (wire.RECONCILER_FIELD_MANAGER, "Apply", None)
-        else entry
-        for entry in live["metadata"]["managedFields"]
-    ]
-    await kube.merge_patch(api, path, {"metadata": {"managedFields": entries}})
+    """The object at ``path`` as an earlier kyma-sync's create left it: what our field manager set owned by the
+    create's Update entry beside the Apply entry of the passes since, so that no apply of ours removes what it
+    leaves out."""
+
+    def ours(entry: dict[str, Any], operation: str) -> bool:
+        return (entry["manager"], entry["operation"], entry.get("subresource")) == (
+            wire.RECONCILER_FIELD_MANAGER,
+            operation,
+            None,
+        )
+
+    entries = (await kube.request(api, "GET", path))["metadata"]["managedFields"]
+    [applied] = [e for e in entries if ours(e, "Apply")]
+    assert not any(ours(e, "Update") for e in entries), "a create's Update entry is there already"
+    patched = await kube.merge_patch(
+        api, path, {"metadata": {"managedFields": [*entries, {**applied, "operation": "Update"}]}}
+    )
+    created = [e["fieldsV1"] for e in patched["metadata"]["managedFields"] if ours(e, "Update")]
+    assert created == [applied["fieldsV1"]], "the create's Update entry is in place"
 
 
 async def label_kyma(kcp: client.ApiClient, name: str, labels: dict[str, str | None]) -> None:

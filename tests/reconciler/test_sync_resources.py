@@ -68,9 +68,9 @@ async def test_what_an_item_no_longer_sets_leaves_the_object_it_created(
 async def test_what_an_item_no_longer_sets_leaves_an_object_created_before_creates_handed_their_fields_over(
     kcp: Kcp, run_controller: Callable[..., Any]
 ) -> None:
-    """An object created by the code of stop 32 (its fields owned by the create's Update entry) loses a key taken out
+    """An object an earlier kyma-sync created (its fields owned by the create's Update entry too) loses a key taken out
     of its item once the reconciler runs today's code: the next pass hands what the create left over to our apply
-    first. Before, the key stayed until the object was deleted."""
+    first, and a dry run says so. Before, the key stayed until the object was deleted, and a dry run said in sync."""
     item = kcp.configmap("cm-legacy", {"kept": "v", "dropped": "v"})
     path = kube.CONFIGMAPS.object_path(kcp.runtime_namespace, "cm-legacy")
     async with run_controller():
@@ -78,8 +78,16 @@ async def test_what_an_item_no_longer_sets_leaves_an_object_created_before_creat
         await eventually(lambda: _has(kcp, "skr-1", "cm-legacy", {"kept": "v", "dropped": "v"}), what="created")
     await as_created_before_the_hand_over(kcp.skrs["skr-1"], path)
     item["resource"]["data"] = {"kept": "v"}
-    await kcp.patch_spec("legacy", {"items": [item]})
+    await kcp.patch_spec("legacy", {"items": [item], "dryRun": True})
     async with run_controller():
+
+        async def said() -> bool:
+            items = ((await kcp.get("legacy") or {}).get("status") or {}).get("items") or []
+            return any(i.get("message") == "would change /data/dropped" for i in items)
+
+        await eventually(said, what="the dry run saying the key goes")
+        assert await _has(kcp, "skr-1", "cm-legacy", {"kept": "v", "dropped": "v"}), "a dry run writes nothing"
+        await kcp.patch_spec("legacy", {"dryRun": False})
         await eventually(lambda: _has(kcp, "skr-1", "cm-legacy", {"kept": "v"}), what="the key removed")
     live = await kcp.configmap_in("skr-1", "cm-legacy") or {}
     assert wire.OWNER_ANNOTATION in live["metadata"]["annotations"], "still ours, marked"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from clients import kube
+from clients import kube, objects
 from contract import wire
 from devenv import net
 from pki import kubeconfigs, pki
@@ -97,9 +97,16 @@ async def test_a_field_an_earlier_version_set_is_removed_on_upgrade(
     async def label_gone() -> bool:
         return "example.com/earlier" not in ((await _get(skr, CONFIG) or {})["metadata"].get("labels") or {})
 
-    async with run_controller(watcher_install=INSTALL):
+    async with run_controller(watcher_install=INSTALL) as running:
         await eventually(label_gone, what="the earlier version's label removed")
-    assert (await _get(skr, CONFIG) or {})["data"] == live["data"]
+        assert (await _get(skr, CONFIG) or {})["data"] == live["data"]
+        # Nothing else we own is left out of what is rendered (a port's defaulted protocol names its item too): a pass
+        # that found something would write on every pass.
+        cluster = objects.ClusterObjects(skr, field_manager=wire.RECONCILER_FIELD_MANAGER)
+        config = settings.WatcherInstallSettings.model_validate(INSTALL)
+        for wanted in watcher_objects.render("skr-1", config, module=running.shared.config.events_module):
+            found = await cluster.get(objects.Ref.of(wanted)) or {}
+            assert cluster.unwanted(found, wanted) == [], wanted["kind"]
 
 
 async def test_an_unreachable_runtime_shows_in_its_kyma_and_a_metric(
