@@ -14,8 +14,8 @@ generation), so a KCP-side manager can work on it and set its status. The reconc
 - replaces a mirror of an earlier object of the same name (another uid: it went while our
   finalizer was stripped) instead of applying over it, so the new object never gets the earlier
   one's status; while its manager's finalizers hold that mirror, the new object waits unmirrored,
-  and past ``held_warning_seconds`` a Warning Event on the held mirror, a warning log and
-  ``kyma_reconciler_mirrors_held_total`` say so;
+  and past ``held_warning_seconds`` a Warning Event on the held mirror and a warning log say so
+  once, and ``kyma_reconciler_mirrors_held`` counts it while it lasts;
 - writes the mirror's status back to the runtime object's status subresource, conditional on the
   object as read;
 - on deletion in the runtime deletes the mirror (as it was read), then releases the runtime object.
@@ -25,10 +25,11 @@ import dataclasses
 import datetime
 import functools
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Gauge
 
 from clients import informer, kube, objects
 from contract import events, wire
@@ -46,6 +47,8 @@ EARLIER_MIRROR_WAIT_SECONDS = 5.0
 """How soon a pass comes back to a mirror of an earlier object still being deleted (its manager's finalizers)."""
 HELD_MIRROR_WAIT_SECONDS = 60.0
 """The same, once it is warned about: its deletion wakes the source's key anyway (the mirrors' informer)."""
+HELD_SEEN_WITHIN_SECONDS = 3 * HELD_MIRROR_WAIT_SECONDS
+"""A held mirror counts while a pass found it held this recently (its key may have moved to another replica)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,13 +77,33 @@ class RuntimeKey:
 Key = ObjectKey | RuntimeKey
 
 
-def held_mirrors(registry: CollectorRegistry) -> Counter:
-    return Counter(
-        "kyma_reconciler_mirrors_held",
-        "passes that found an object's mirror held back past mirror.held_warning_seconds by the mirror of an earlier "
-        "object of its name, still being deleted (its manager's finalizers)",
-        registry=registry,
-    )
+class HeldMirrors:
+    """Mirrors of earlier objects holding back a new object's mirror past ``held_warning_seconds``: each is warned
+    about once (a manager's cleanup may take hours; a pass comes back every minute), and counted in
+    ``kyma_reconciler_mirrors_held`` while passes keep finding it held."""
+
+    def __init__(self, registry: CollectorRegistry, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._seen: dict[ObjectKey, tuple[str, float]] = {}
+        self._clock = clock
+        Gauge(
+            "kyma_reconciler_mirrors_held",
+            "mirrors of earlier objects holding back a new object's mirror past mirror.held_warning_seconds (their "
+            "manager's finalizers), as passes found them in the last three minutes",
+            registry=registry,
+        ).set_function(self._count)
+
+    def held(self, key: "ObjectKey", uid: str) -> bool:
+        """``key``'s mirror found held by the earlier mirror ``uid``; whether that one is new (to be warned about)."""
+        new = self._seen.get(key, ("", 0.0))[0] != uid
+        self._seen[key] = (uid, self._clock())
+        return new
+
+    def released(self, key: "ObjectKey") -> None:
+        self._seen.pop(key, None)
+
+    def _count(self) -> float:
+        now = self._clock()
+        return sum(1 for _, seen in list(self._seen.values()) if now - seen <= HELD_SEEN_WITHIN_SECONDS)
 
 
 def mirror_namespace(config: settings.MirrorSettings, runtime: str) -> str:
@@ -96,7 +119,7 @@ class MirrorController(controller.Controller[Key]):
         self._by_gvk = {(k.group, k.kind): k for k in config.kinds}
         self.modules = frozenset(k.module for k in config.kinds)
         self._namespaces: set[str] = set()
-        self._held = held_mirrors(shared.registry)
+        self._held = HeldMirrors(shared.registry)
         for kind in config.kinds:
             mirrors = self.own(informer.Informer(shared.kcp, kind.gvr, label_selector=wire.RUNTIME_LABEL))
             mirrors.subscribe(self._mirror_changed(kind))
@@ -166,6 +189,7 @@ class MirrorController(controller.Controller[Key]):
         )
         source = await runtime_objects.get(source_ref)
         if source is None or source["metadata"].get("deletionTimestamp"):
+            self._held.released(key)
             mirror = await self._kcp.get(mirror_ref)
             if (
                 mirror is not None
@@ -189,6 +213,7 @@ class MirrorController(controller.Controller[Key]):
             if earlier is not None:
                 return await self._wait_for_earlier(key, earlier)
             mirror = None
+        self._held.released(key)
         if not _newer_recorded(mirror, source):
             mirror = await self._kcp.write_as_read(self._mirror_of(key.runtime, source, mirror_ref), mirror)
         status = (mirror or {}).get("status")
@@ -205,20 +230,22 @@ class MirrorController(controller.Controller[Key]):
         return workqueue.Result()
 
     async def _wait_for_earlier(self, key: ObjectKey, earlier: dict[str, Any]) -> workqueue.Result:
-        """The object's mirror waits for the earlier object's to go; one held too long is warned about where its
-        manager's team looks (KCP), since the runtime's user only sees their object never mirrored."""
-        held = _deleting_for(earlier, datetime.datetime.now(datetime.UTC))
-        if held < self._config.held_warning_seconds:
+        """The object's mirror waits for the earlier object's to go; one held too long is said where its manager's
+        team looks (KCP), since the runtime's user only sees their object never mirrored."""
+        metadata = earlier["metadata"]
+        if _deleting_for(earlier, datetime.datetime.now(datetime.UTC)) < self._config.held_warning_seconds:
             log.info("waiting for the mirror of an earlier object of the name to go", extra={"object": str(key)})
             return workqueue.Result(requeue_after=EARLIER_MIRROR_WAIT_SECONDS)
-        finalizers = earlier["metadata"].get("finalizers") or []
+        if not self._held.held(key, metadata["uid"]):
+            log.info("the mirror of an earlier object of the name is still held", extra={"object": str(key)})
+            return workqueue.Result(requeue_after=HELD_MIRROR_WAIT_SECONDS)
         message = (
-            f"being deleted for {held:.0f}s, held by finalizers {', '.join(finalizers) or '(none left)'}: "
-            f"the new {key.namespace + '/' if key.namespace else ''}{key.name} in runtime {key.runtime} "
-            "(another uid) is mirrored once this mirror of the earlier object is gone"
+            f"being deleted since {metadata['deletionTimestamp']}, held by finalizers "
+            f"{', '.join(metadata.get('finalizers') or []) or '(none left)'}: the new "
+            f"{key.namespace + '/' if key.namespace else ''}{key.name} in runtime {key.runtime} (another uid) is "
+            "mirrored once this mirror of the earlier object is gone"
         )
         log.warning("mirror of an earlier object held", extra={"object": str(key), "detail": message})
-        self._held.inc()
         await self.shared.events.record(earlier, type_="Warning", reason="EarlierMirrorHeld", message=message)
         return workqueue.Result(requeue_after=HELD_MIRROR_WAIT_SECONDS)
 

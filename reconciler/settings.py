@@ -103,8 +103,8 @@ class MirrorSettings(ControllerSettings):
         default=300,
         gt=0,
         description="a mirror of an earlier object of a name, still being deleted this long (its manager's "
-        "finalizers), holds back the new object's mirror: warned about (a Warning Event on it, a warning log, "
-        "kyma_reconciler_mirrors_held_total)",
+        "finalizers), holds back the new object's mirror: warned about once (a Warning Event on it, a warning log) "
+        "and counted in kyma_reconciler_mirrors_held while it lasts",
     )
 
 

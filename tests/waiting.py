@@ -41,3 +41,16 @@ async def more_reconciles(registry: CollectorRegistry, controller: str, count: i
         timeout=timeout,
         what=f"{count} more reconciles of {controller}",
     )
+
+
+def failed_reconciles(registry: CollectorRegistry, controller: str) -> float:
+    """Reconciles of ``controller`` that failed (retried with backoff)."""
+    return (
+        registry.get_sample_value("kyma_reconciler_reconciles_total", {"controller": controller, "outcome": "error"})
+        or 0
+    )
+
+
+def write_conflicts(registry: CollectorRegistry, controller: str) -> float:
+    """Writes of ``controller`` that lost a race and were read and decided again at once."""
+    return registry.get_sample_value("kyma_reconciler_write_conflicts_total", {"controller": controller}) or 0

@@ -548,7 +548,7 @@ def _code_metrics() -> set[str]:
     workqueue.QueueMetrics(registry)
     consumer.ConsumerMetrics(registry)
     sync_resources.OrphanCount(registry)
-    mirror.held_mirrors(registry)
+    mirror.HeldMirrors(registry)
     manager.RuntimeInfo(registry)
     rotation.RotationMetrics(registry)
     return _exposed(registry)

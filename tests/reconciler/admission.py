@@ -112,7 +112,7 @@ async def racing_admission(
             ours
             and admission["operation"] in rule["operations"]
             and written in rule["resources"]
-            and name in (None, admission["object"]["metadata"].get("name"))
+            and (name is None or ((admission.get("object") or {}).get("metadata") or {}).get("name") == name)
             and not racing.is_set()
         ):
             racing.set()  # before the race: its own writes may come through here

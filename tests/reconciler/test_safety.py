@@ -16,7 +16,7 @@ from contract import events, wire
 from reconciler import cli, crds, manager, records, settings, sync_controller, sync_resources
 
 from ..factories import configmap_event
-from ..waiting import eventually, more_reconciles, reconciles
+from ..waiting import eventually, failed_reconciles, more_reconciles, reconciles, write_conflicts
 from . import admission
 from .conftest import Kcp, bind, label_kyma, register_runtime
 
@@ -835,7 +835,7 @@ async def test_a_write_that_loses_a_race_with_another_writer_is_tried_again_at_o
         await kcp.create("race", {"kyma": "skr-1", "items": [item]})
         await eventually(lambda: _state_is(kcp, "race", "Ready"), what="Ready")
         async with admission.racing_admission(kcp.skrs["skr-1"], label=label) as raced:
-            failed_before = _failed(running.shared.registry)
+            failed_before = failed_reconciles(running.shared.registry, sync_resources.CONTROLLER_NAME)
             item["resource"]["data"] = {"k": "v2"}
             await kcp.patch_spec("race", {"items": [item]})
 
@@ -848,8 +848,10 @@ async def test_a_write_that_loses_a_race_with_another_writer_is_tried_again_at_o
             assert raced == ["cm-raced"], "the update lost its race"
             found = await kcp.configmap_in("skr-1", "cm-raced")
             assert found is not None and found["metadata"]["annotations"]["raced"] == "yes"
-            assert _failed(running.shared.registry) == failed_before, "no reconcile failed over the lost race"
-            assert _conflicts(running.shared.registry) == 1
+            assert failed_reconciles(running.shared.registry, sync_resources.CONTROLLER_NAME) == failed_before, (
+                "no reconcile failed over the lost race"
+            )
+            assert write_conflicts(running.shared.registry, sync_resources.CONTROLLER_NAME) == 1
 
 
 async def test_an_object_created_by_someone_else_first_is_judged_at_once_as_found(
@@ -870,7 +872,7 @@ async def test_an_object_created_by_someone_else_first_is_judged_at_once_as_foun
             rule=admission.operations_on(kube.CONFIGMAPS, "CREATE"),
         ) as raced,
     ):
-        failed_before = _failed(running.shared.registry)
+        failed_before = failed_reconciles(running.shared.registry, sync_resources.CONTROLLER_NAME)
         await kcp.create("first-come", {"kyma": "skr-1", "items": [item]})
         await eventually(lambda: _state_is(kcp, "first-come", "Warning"), what="Warning")
         assert raced == ["cm-first-come"], "the create lost its race"
@@ -878,8 +880,10 @@ async def test_an_object_created_by_someone_else_first_is_judged_at_once_as_foun
         assert "not managed by kyma-sync" in status["message"]
         found = await kcp.configmap_in("skr-1", "cm-first-come")
         assert found is not None and found["data"] == {"k": "theirs"}
-        assert _failed(running.shared.registry) == failed_before, "no reconcile failed over the lost race"
-        assert _conflicts(running.shared.registry) == 1
+        assert failed_reconciles(running.shared.registry, sync_resources.CONTROLLER_NAME) == failed_before, (
+            "no reconcile failed over the lost race"
+        )
+        assert write_conflicts(running.shared.registry, sync_resources.CONTROLLER_NAME) == 1
 
 
 async def test_an_object_changed_right_after_its_create_still_loses_what_its_item_no_longer_sets(
@@ -917,20 +921,6 @@ async def test_an_object_changed_right_after_its_create_still_loses_what_its_ite
     finally:
         with contextlib.suppress(kube.NotFoundError):  # a test failing before the create: its failure, not this one
             await kube.merge_patch(kcp.skrs["skr-1"], path, {"metadata": {"finalizers": None}})
-
-
-def _conflicts(registry: CollectorRegistry) -> float:
-    conflicts = {"controller": sync_resources.CONTROLLER_NAME}
-    return registry.get_sample_value("kyma_reconciler_write_conflicts_total", conflicts) or 0
-
-
-def _failed(registry: CollectorRegistry) -> float:
-    return (
-        registry.get_sample_value(
-            "kyma_reconciler_reconciles_total", {"controller": "sync_resources", "outcome": "error"}
-        )
-        or 0
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -977,7 +967,7 @@ async def test_a_status_is_written_only_to_the_object_it_was_judged_on(
         run_controller() as running,
         admission.racing_admission(api, label=status_item.label, race=replaced, rule=STATUS_WRITES) as raced,
     ):
-        failed_before = _failed(running.shared.registry)
+        failed_before = failed_reconciles(running.shared.registry, sync_resources.CONTROLLER_NAME)
         await kcp.create("peer", {"kyma": "skr-1", "items": [status_item.item]})
         await eventually(lambda: _state_is(kcp, "peer", "Warning"), what="Warning: the object is not ours")
         assert raced == ["peer"], "the status write lost its race"
@@ -985,7 +975,10 @@ async def test_a_status_is_written_only_to_the_object_it_was_judged_on(
         assert "not managed by kyma-sync" in status["message"]
         found = await kube.request(api, "GET", status_item.path)
         assert found["spec"] == {"remote": "theirs"} and found.get("status") is None, "nothing of ours on theirs"
-        assert _failed(running.shared.registry) == failed_before and _conflicts(running.shared.registry) == 1
+        assert (
+            failed_reconciles(running.shared.registry, sync_resources.CONTROLLER_NAME) == failed_before
+            and write_conflicts(running.shared.registry, sync_resources.CONTROLLER_NAME) == 1
+        )
 
 
 async def test_a_status_whose_object_of_ours_changed_meanwhile_is_written_to_it_as_it_is_now(
@@ -1010,4 +1003,47 @@ async def test_a_status_whose_object_of_ours_changed_meanwhile_is_written_to_it_
         found = await kube.request(api, "GET", status_item.path)
         assert found["metadata"]["annotations"]["controller"] == "was here"
         assert found.get("status") == {"state": "Ours"}
-        assert _conflicts(running.shared.registry) == 1
+        assert write_conflicts(running.shared.registry, sync_resources.CONTROLLER_NAME) == 1
+
+
+async def test_a_status_only_item_whose_write_loses_a_race_is_read_and_written_again_at_once(
+    kcp: Kcp, run_controller: Callable[..., Any]
+) -> None:
+    """A status-only item sets the status of a VpcPeering someone else created (the SyncBinding allows adoption). Its
+    controller annotates the object between our read and our status write, which is conditional on the object as
+    read: refused (409), read and judged again, and written in the same pass; the controller's field stays, the
+    conflict is counted and no reconcile fails."""
+    api, status_item = kcp.skrs["skr-1"], await _status_item(kcp, "CreateAndSync")
+    await bind(kcp.api, kcp.namespace, allowAdoption=True)
+    await kube.request(api, "POST", crds.VPC_PEERING.path(kcp.runtime_namespace), body=status_item.peering)
+    status_only = {"name": "peer", "strategy": "CreateAndSync", "subresource": status_item.item["subresource"]}
+    status_only["subresource"] = {**status_only["subresource"], **_identity(status_item.peering)}
+
+    async def annotated(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+        await kube.merge_patch(api, status_item.path, {"metadata": {"annotations": {"controller": "was here"}}})
+
+    async with (
+        run_controller() as running,
+        admission.racing_admission(api, label=status_item.label, race=annotated, rule=STATUS_WRITES) as raced,
+    ):
+        failed_before = failed_reconciles(running.shared.registry, sync_resources.CONTROLLER_NAME)
+        await kcp.create("status-only", {"kyma": "skr-1", "items": [status_only]})
+        await eventually(lambda: _state_is(kcp, "status-only", "Ready"), what="Ready")
+        assert raced == ["peer"], "the status write lost its race"
+        found = await kube.request(api, "GET", status_item.path)
+        assert found["metadata"]["annotations"]["controller"] == "was here"
+        assert found.get("status") == {"state": "Ours"} and found["spec"] == {"remote": "ours"}
+        assert (
+            failed_reconciles(running.shared.registry, sync_resources.CONTROLLER_NAME) == failed_before
+            and write_conflicts(running.shared.registry, sync_resources.CONTROLLER_NAME) == 1
+        )
+    await kube.request(api, "DELETE", status_item.path)
+
+
+def _identity(obj: dict[str, Any]) -> dict[str, Any]:
+    metadata = obj["metadata"]
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "metadata": {"name": metadata["name"], "namespace": metadata["namespace"]},
+    }
