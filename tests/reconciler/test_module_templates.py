@@ -219,8 +219,9 @@ async def test_a_label_the_template_loses_leaves_its_copies(
     kcp: Kcp, run_controller: Callable[..., Any], made: str
 ) -> None:
     """A template in KCP loses a label (a module out of preview): its copy in a runtime loses it too, whether made by
-    today's code or by stop 32's, whose create's Update entry owns the label. Before, it stayed on both: a pass found
-    the copy carrying every label wanted and wrote nothing, and a write would not have removed what a create owned."""
+    today's code or by an earlier kyma-sync's, whose create's Update entry owns the label too. Before, it stayed on
+    both: a pass found the copy carrying every label wanted and wrote nothing, and a write would not have removed
+    what a create owned."""
     name = f"loses-{uuid.uuid4().hex[:8]}"
     copy_path = f"{RUNTIME_PATH}/{name}"
     enabled = {"enabled": True, "resync_seconds": 1, "runtime_crds": "create-if-absent"}
