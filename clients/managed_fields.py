@@ -95,25 +95,29 @@ def as_applied(entries: list[dict[str, Any]], manager: str, created: dict[str, A
 
 
 def released(entries: list[dict[str, Any]], manager: str, to: str) -> list[dict[str, Any]]:
-    """``entries`` with ``manager``'s entries on the object itself made ``to``'s (merged into one ``to`` already has,
-    as after an earlier release): the fields stay owned, by a manager that never applies, so a later apply of
-    ``manager`` that leaves them out does not remove them. Status entries stay ``manager``'s: its status writes go
-    on (the mirror's), and what they stop writing must still go."""
-    result: list[dict[str, Any]] = []
-    for entry in entries:
-        if entry.get("manager") != manager or entry.get("subresource"):
-            result.append(entry)
-            continue
-        operation, api_version = entry.get("operation"), entry.get("apiVersion")
-        earlier = next(
-            (i for i, e in enumerate(result) if _of(e, to, str(operation)) and e.get("apiVersion") == api_version),
+    """``entries`` with what ``manager`` owns on the object itself made ``to``'s, as Update entries merged by
+    apiVersion (into one an earlier release left too): the fields stay owned, by a manager that never applies, so
+    a later apply of ``manager`` that leaves them out does not remove them. Update entries, because the apiserver
+    tells Apply entries apart by manager alone and would keep one of two. Status entries stay ``manager``'s: its
+    status writes go on (the mirror's), and what they stop writing must still go."""
+    ours = [e for e in entries if e.get("manager") == manager and not e.get("subresource")]
+    result = [e for e in entries if not any(e is o for o in ours)]
+    for entry in ours:
+        at = next(
+            (
+                i
+                for i, e in enumerate(result)
+                if _of(e, to, "Update") and e.get("apiVersion") == entry.get("apiVersion")
+            ),
             None,
         )
-        if earlier is None:
-            result.append({**entry, "manager": to})
+        if at is None:
+            result.append({**entry, "manager": to, "operation": "Update"})
         else:
-            merged = _union(result[earlier].get("fieldsV1") or {}, entry.get("fieldsV1") or {})
-            result[earlier] = {**result[earlier], "fieldsV1": merged}
+            result[at] = {
+                **result[at],
+                "fieldsV1": _union(result[at].get("fieldsV1") or {}, entry.get("fieldsV1") or {}),
+            }
     return result
 
 
@@ -134,12 +138,11 @@ def unwanted(entries: list[dict[str, Any]], manager: str, wanted: dict[str, Any]
                 elif below:
                     walk(below, want[name], (*path, name))
             elif kind == "k" and isinstance(want, list):
-                keys = json.loads(name)
-                item = next((w for w in want if isinstance(w, dict) and _same_item(keys, w)), None)
-                if item is None:
+                named = _items_named(json.loads(name), want)
+                if not named:
                     found.append(_pointer(*path, key))
-                elif below:
-                    walk(below, item, (*path, key))
+                elif below and len(named) == 1:  # several could be it: nothing said (a write every pass is worse)
+                    walk(below, named[0], (*path, key))
             elif kind == "v" and isinstance(want, list) and json.loads(name) not in want:
                 found.append(_pointer(*path, key))
 
@@ -149,13 +152,29 @@ def unwanted(entries: list[dict[str, Any]], manager: str, wanted: dict[str, Any]
     return found
 
 
-def _same_item(keys: dict[str, Any], item: dict[str, Any]) -> bool:
-    """Whether a list item we want is the one an entry's ``k:`` names: the same values for the keys it sets (the
-    apiserver defaults keys before naming the item, e.g. a port's protocol; one we leave out tells nothing)."""
-    shared = [key for key in keys if key in item]
-    return bool(shared) and all(item[key] == keys[key] for key in shared)
+def _items_named(keys: dict[str, Any], items: list[Any]) -> list[dict[str, Any]]:
+    """The wanted list items an entry's ``k:`` may name: the one with the same values for all its keys, else those
+    whose values agree for the keys they set (the apiserver completes the keys with defaults before naming the
+    item, e.g. a port's protocol)."""
+    candidates = [item for item in items if isinstance(item, dict)]
+    exact = [item for item in candidates if all(key in item and item[key] == value for key, value in keys.items())]
+    return exact or [
+        item for item in candidates if all(item[key] == value for key, value in keys.items() if key in item)
+    ]
 
 
 def _pointer(*path: str) -> str:
     """A JSON pointer (a list item named by its ``k:``/``v:`` entry)."""
     return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in path)
+
+
+def unwanted_once_handed_over(entries: list[dict[str, Any]], manager: str, wanted: dict[str, Any]) -> list[str]:
+    """What only handing a create's leftovers over (``left_by_a_create``) lets an apply of ``wanted`` remove: fields our
+    Update entry holds and ``wanted`` leaves out. Empty when nothing is left to hand over, or it cannot be moved."""
+    left = left_by_a_create(entries, manager)
+    try:
+        if as_applied(entries, manager, left) is None:
+            return []
+    except UnmovableError:
+        return []
+    return unwanted([{"manager": manager, "operation": "Apply", "fieldsV1": left}], manager, wanted)

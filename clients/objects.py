@@ -157,7 +157,10 @@ class ClusterObjects:
         resourceVersion), as the next pass would create a missing one."""
         if read is None:
             return await self.create(obj)
-        read = await self.with_create_handed_over(read)
+        try:
+            read = await self.with_create_handed_over(read)
+        except kube.NotFoundError:
+            pass  # deleted meanwhile: the apply creates it again
         metadata = {**obj["metadata"], "resourceVersion": read["metadata"]["resourceVersion"]}
         return await self.apply({**obj, "metadata": metadata})
 
@@ -168,20 +171,27 @@ class ClusterObjects:
         entries = live["metadata"].get("managedFields") or []
         return managed_fields.unwanted(self._handed_over(live) or entries, self.field_manager, wanted)
 
+    def unwanted_once_handed_over(self, live: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+        """Fields of ``live`` a write of ``wanted`` removes only because it hands a create's leftovers over first
+        (``managed_fields.unwanted_once_handed_over``): what a dry run's apply does not show."""
+        entries = live["metadata"].get("managedFields") or []
+        return managed_fields.unwanted_once_handed_over(entries, self.field_manager, wanted)
+
     async def with_create_handed_over(self, live: dict[str, Any]) -> dict[str, Any]:
         """``live`` with what an earlier create of ours still leaves to an Update entry (``managed_fields.
         left_by_a_create``: objects an earlier kyma-sync created without handing that over, or whose hand-over
         failed) moved to our Apply entry, so that our next apply removes what it leaves out: a patch conditional on
-        ``live``, ConflictError when the object moved. ``live`` itself when nothing is left to move, as on every
-        object since (a check in memory, no call), or when the patch fails otherwise (refused, gone, a blip: logged,
-        and the write goes on; those fields are kept, never fewer)."""
+        ``live``: ConflictError when the object moved, NotFoundError when it is gone (the caller decides whether a
+        write may create it again). ``live`` itself when nothing is left to move, as on every object since (a check
+        in memory, no call), or when the patch fails otherwise (refused, a blip: logged, and the write goes on;
+        those fields are kept, never fewer)."""
         moved = self._handed_over(live)
         if moved is None:
             return live
         ref = Ref.of(live)
         try:
             handed = await self._set_managed_fields(live, moved)
-        except kube.ConflictError:
+        except (kube.ConflictError, kube.NotFoundError):
             raise
         except kube.KubeError as exc:
             log.warning("a create's fields not handed over, kept for now: %s", exc, extra={"object": str(ref)})

@@ -47,8 +47,10 @@ EARLIER_MIRROR_WAIT_SECONDS = 5.0
 """How soon a pass comes back to a mirror of an earlier object still being deleted (its manager's finalizers)."""
 HELD_MIRROR_WAIT_SECONDS = 60.0
 """The same, once it is warned about: its deletion wakes the source's key anyway (the mirrors' informer)."""
-HELD_SEEN_WITHIN_SECONDS = 3 * HELD_MIRROR_WAIT_SECONDS
+HELD_SEEN_WITHIN_SECONDS = 5 * HELD_MIRROR_WAIT_SECONDS
 """A held mirror counts while a pass found it held this recently (its key may have moved to another replica)."""
+HELD_WARNED_AGAIN_SECONDS = 50 * 60.0
+"""How often a mirror held for long is warned about again: its Event outlives it (Events are kept an hour)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,31 +81,48 @@ Key = ObjectKey | RuntimeKey
 
 class HeldMirrors:
     """Mirrors of earlier objects holding back a new object's mirror past ``held_warning_seconds``: each is warned
-    about once (a manager's cleanup may take hours; a pass comes back every minute), and counted in
-    ``kyma_reconciler_mirrors_held`` while passes keep finding it held."""
+    about when first found and every HELD_WARNED_AGAIN_SECONDS after (a manager's cleanup may take hours, and passes
+    come every minute or on each change of the held mirror), and counted in ``kyma_reconciler_mirrors_held`` while
+    passes keep finding it held."""
 
     def __init__(self, registry: CollectorRegistry, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self._seen: dict[ObjectKey, tuple[str, float]] = {}
+        self._seen: dict[ObjectKey, _Held] = {}
         self._clock = clock
         Gauge(
             "kyma_reconciler_mirrors_held",
             "mirrors of earlier objects holding back a new object's mirror past mirror.held_warning_seconds (their "
-            "manager's finalizers), as passes found them in the last three minutes",
+            "manager's finalizers), as passes found them in the last five minutes",
             registry=registry,
         ).set_function(self._count)
 
-    def held(self, key: "ObjectKey", uid: str) -> bool:
-        """``key``'s mirror found held by the earlier mirror ``uid``; whether that one is new (to be warned about)."""
-        new = self._seen.get(key, ("", 0.0))[0] != uid
-        self._seen[key] = (uid, self._clock())
-        return new
+    def due(self, key: ObjectKey, uid: str) -> bool:
+        """``key``'s mirror found held by the earlier mirror ``uid``; whether it is to be warned about now."""
+        now, held = self._clock(), self._seen.get(key)
+        if held is None or held.uid != uid:
+            held = self._seen[key] = _Held(uid)
+        held.seen = now
+        return held.warned is None or now - held.warned >= HELD_WARNED_AGAIN_SECONDS
 
-    def released(self, key: "ObjectKey") -> None:
+    def warned(self, key: ObjectKey) -> None:
+        if (held := self._seen.get(key)) is not None:
+            held.warned = self._clock()
+
+    def released(self, key: ObjectKey) -> None:
         self._seen.pop(key, None)
 
     def _count(self) -> float:
+        """Served on the event loop, as every write here: no lock."""
         now = self._clock()
-        return sum(1 for _, seen in list(self._seen.values()) if now - seen <= HELD_SEEN_WITHIN_SECONDS)
+        for key in [k for k, held in self._seen.items() if now - held.seen > HELD_SEEN_WITHIN_SECONDS]:
+            del self._seen[key]  # its key moved to another replica, or its runtime went
+        return len(self._seen)
+
+
+@dataclasses.dataclass
+class _Held:
+    uid: str
+    seen: float = 0.0
+    warned: float | None = None
 
 
 def mirror_namespace(config: settings.MirrorSettings, runtime: str) -> str:
@@ -236,7 +255,7 @@ class MirrorController(controller.Controller[Key]):
         if _deleting_for(earlier, datetime.datetime.now(datetime.UTC)) < self._config.held_warning_seconds:
             log.info("waiting for the mirror of an earlier object of the name to go", extra={"object": str(key)})
             return workqueue.Result(requeue_after=EARLIER_MIRROR_WAIT_SECONDS)
-        if not self._held.held(key, metadata["uid"]):
+        if not self._held.due(key, metadata["uid"]):
             log.info("the mirror of an earlier object of the name is still held", extra={"object": str(key)})
             return workqueue.Result(requeue_after=HELD_MIRROR_WAIT_SECONDS)
         message = (
@@ -246,7 +265,8 @@ class MirrorController(controller.Controller[Key]):
             "mirrored once this mirror of the earlier object is gone"
         )
         log.warning("mirror of an earlier object held", extra={"object": str(key), "detail": message})
-        await self.shared.events.record(earlier, type_="Warning", reason="EarlierMirrorHeld", message=message)
+        if await self.shared.events.record(earlier, type_="Warning", reason="EarlierMirrorHeld", message=message):
+            self._held.warned(key)  # an Event dropped (its budget spent) is tried again on the next pass
         return workqueue.Result(requeue_after=HELD_MIRROR_WAIT_SECONDS)
 
     def _mirror_of(self, runtime: str, source: dict[str, Any], ref: objects.Ref) -> dict[str, Any]:

@@ -924,13 +924,19 @@ class SyncResourceReconciler:
             return model.State.FORBIDDEN, f"{refused} (with the live values of its ignored fields)", False
         body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
         if act.dry_run:
-            # What an earlier create left to an Update entry goes too, handed over first: not in this apply's answer.
-            applied = await act.cluster.apply(body, dry_run=True)
-            changes = sorted({*diff.changed_paths(live, applied), *act.cluster.unwanted(live, body)})
-            if not changes:
+            changes = diff.changed_paths(live, await act.cluster.apply(body, dry_run=True))
+            # The real pass first hands an earlier create's leftovers to our apply, which this apply does not show.
+            leftovers = act.cluster.unwanted_once_handed_over(live, body) if holder is not None else []
+            if not changes and not leftovers:
                 return model.State.READY, "in sync", False
             verb = "would adopt and change" if holder is None else "would change"
-            return model.State.PROCESSING, f"{verb} {', '.join(changes)}", False
+            said = [f"{verb} {', '.join(changes)}"] if changes else []
+            if leftovers:
+                said.append(
+                    "what an earlier create set and the item leaves out would go (defaulted again where the "
+                    f"apiserver defaults it): {', '.join(leftovers[:10])}"
+                )
+            return model.State.PROCESSING, "; ".join(said), False
         act.writes.before()
         result = await act.cluster.apply(body)
         if diff.changed_paths(live, result):  # drift reset or a new generation, not bookkeeping (managedFields)

@@ -73,19 +73,22 @@ def test_entries_of_different_api_versions_are_not_moved() -> None:
         managed_fields.as_applied([applied, updated], OURS, {"f:spec": {}})
 
 
-def test_released_entries_change_manager_and_keep_the_status_ones() -> None:
-    applied, created = _entry(OURS, "Apply", {"f:data": {"f:a": {}}}), _entry(OURS, "Update", CREATED)
+def test_released_entries_are_one_update_entry_of_the_other_manager_and_the_status_ones_stay() -> None:
+    applied, created = _entry(OURS, "Apply", {"f:data": {"f:a": {}}}), _entry(OURS, "Update", {"f:data": {"f:b": {}}})
     status = _entry(OURS, "Update", {"f:status": {}}, subresource="status")
     theirs = _entry("kubectl", "Update", {"f:data": {"f:k": {}}})
     released = managed_fields.released([applied, created, status, theirs], OURS, "released")
-    assert released == [{**applied, "manager": "released"}, {**created, "manager": "released"}, status, theirs]
+    merged = {**applied, "manager": "released", "operation": "Update", "fieldsV1": {"f:data": {"f:a": {}, "f:b": {}}}}
+    assert released == [status, theirs, merged]
 
 
-def test_released_again_merges_into_the_entry_an_earlier_release_left() -> None:
-    earlier = _entry("released", "Apply", {"f:data": {"f:a": {}}})
+def test_released_again_merges_into_the_entry_an_earlier_release_left_wherever_it_is() -> None:
     again = _entry(OURS, "Apply", {"f:data": {"f:b": {}}})
-    [merged] = managed_fields.released([earlier, again], OURS, "released")
+    earlier = _entry("released", "Update", {"f:data": {"f:a": {}}})
+    [merged] = managed_fields.released([again, earlier], OURS, "released")
     assert merged == {**earlier, "fieldsV1": {"f:data": {"f:a": {}, "f:b": {}}}}
+    other_version = {**again, "apiVersion": "example.io/v2"}
+    assert len(managed_fields.released([other_version, earlier], OURS, "released")) == 2
 
 
 def test_a_create_leaves_all_but_finalizers_to_hand_over() -> None:
@@ -136,3 +139,23 @@ def test_unwanted_names_what_the_apply_entry_owns_and_no_longer_wants() -> None:
     assert managed_fields.unwanted(entries, OURS, everything) == []
     other_finalizer = {**everything, "metadata": {**everything["metadata"], "finalizers": ["theirs"]}}
     assert managed_fields.unwanted(entries, OURS, other_finalizer) == ['/metadata/finalizers/v:"ours"']
+
+
+def test_a_list_item_several_wanted_items_could_be_is_walked_only_when_one_is_exact() -> None:
+    port = 'k:{"containerPort":53,"protocol":"UDP"}'
+    entries = [_entry(OURS, "Apply", {"f:spec": {"f:ports": {port: {"f:name": {}, "f:extra": {}}}}})]
+    either = {"spec": {"ports": [{"containerPort": 53, "name": "a"}, {"containerPort": 53, "name": "b"}]}}
+    assert managed_fields.unwanted(entries, OURS, either) == [], "which one it is cannot be told: nothing said"
+    exact = {
+        "spec": {"ports": [{"containerPort": 53, "name": "a"}, {"containerPort": 53, "protocol": "UDP", "name": "b"}]}
+    }
+    assert managed_fields.unwanted(entries, OURS, exact) == [f"/spec/ports/{port}/extra"]
+
+
+def test_unwanted_once_handed_over_is_what_only_the_creates_update_entry_holds() -> None:
+    finalizers: dict[str, Any] = {"f:finalizers": {'v:"kyma-project.io/kcp-mirror"': {}}}
+    applied = _entry(OURS, "Apply", {"f:data": {"f:kept": {}, "f:gone": {}}})
+    created = _entry(OURS, "Update", {"f:data": {"f:kept": {}, "f:left": {}}, "f:metadata": finalizers})
+    wanted = {"data": {"kept": "v"}}
+    assert managed_fields.unwanted_once_handed_over([applied, created], OURS, wanted) == ["/data/left"]
+    assert managed_fields.unwanted_once_handed_over([applied], OURS, wanted) == []

@@ -100,13 +100,18 @@ async def test_a_field_an_earlier_version_set_is_removed_on_upgrade(
     async with run_controller(watcher_install=INSTALL) as running:
         await eventually(label_gone, what="the earlier version's label removed")
         assert (await _get(skr, CONFIG) or {})["data"] == live["data"]
-        # Nothing else we own is left out of what is rendered (a port's defaulted protocol names its item too): a pass
-        # that found something would write on every pass.
+        # Once the pass is over nothing else we own is left out of what is rendered (a port's defaulted protocol
+        # names its item too): a pass that found something would write on every pass.
         cluster = objects.ClusterObjects(skr, field_manager=wire.RECONCILER_FIELD_MANAGER)
         config = settings.WatcherInstallSettings.model_validate(INSTALL)
-        for wanted in watcher_objects.render("skr-1", config, module=running.shared.config.events_module):
-            found = await cluster.get(objects.Ref.of(wanted)) or {}
-            assert cluster.unwanted(found, wanted) == [], wanted["kind"]
+        rendered = watcher_objects.render("skr-1", config, module=running.shared.config.events_module)
+
+        async def nothing_left_out() -> bool:
+            found = [await cluster.get(objects.Ref.of(wanted)) for wanted in rendered]
+            assert all(found), "every watcher object is there"
+            return not any(cluster.unwanted(live or {}, wanted) for live, wanted in zip(found, rendered, strict=True))
+
+        await eventually(nothing_left_out, what="nothing of ours left out of the watcher's objects")
 
 
 async def test_an_unreachable_runtime_shows_in_its_kyma_and_a_metric(
