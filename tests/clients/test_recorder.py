@@ -7,15 +7,9 @@ import pytest
 
 from clients import kube, recorder
 
+from ..clock import Clock
+
 pytestmark = pytest.mark.integration
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 5000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def _configmap(api: kube.ApiClient) -> dict[str, Any]:
@@ -39,7 +33,7 @@ async def _events_about(api: kube.ApiClient, involved: dict[str, Any]) -> int:
 
 
 async def test_an_object_gets_a_burst_then_one_every_five_minutes(skr_api: kube.ApiClient) -> None:
-    clock, dropped = Clock(), list[str]()
+    clock, dropped = Clock(5000.0), list[str]()
     events = recorder.EventRecorder(
         skr_api, component="test", per_second=1000, burst=1000, dropped=dropped.append, clock=clock
     )
@@ -56,7 +50,7 @@ async def test_an_object_gets_a_burst_then_one_every_five_minutes(skr_api: kube.
 
 
 async def test_the_process_budget_bounds_events_about_many_objects(skr_api: kube.ApiClient) -> None:
-    clock, dropped = Clock(), list[str]()
+    clock, dropped = Clock(5000.0), list[str]()
     events = recorder.EventRecorder(
         skr_api, component="test", per_second=1, burst=3, dropped=dropped.append, clock=clock
     )
@@ -72,7 +66,7 @@ async def test_the_process_budget_bounds_events_about_many_objects(skr_api: kube
 async def test_a_storm_of_normal_events_leaves_the_warnings_their_budget(skr_api: kube.ApiClient) -> None:
     """Repairs use up the Normal budgets (the object's and the process'); a refusal still gets its Warning, and
     Events dropped for one budget take nothing from the other."""
-    clock, dropped = Clock(), list[str]()
+    clock, dropped = Clock(5000.0), list[str]()
     events = recorder.EventRecorder(
         skr_api, component="test", per_second=1, burst=recorder.PER_OBJECT_BURST, dropped=dropped.append, clock=clock
     )

@@ -2,13 +2,7 @@
 
 from kit import ratelimit
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from ..clock import Clock
 
 
 def test_a_burst_then_the_rate_and_each_key_apart() -> None:

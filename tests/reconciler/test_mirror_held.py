@@ -4,15 +4,9 @@ from prometheus_client import CollectorRegistry
 
 from reconciler import mirror
 
+from ..clock import Clock
+
 KEY = mirror.ObjectKey("skr-1", "vpcpeerings", "default", "peer")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_held_mirror_is_warned_about_when_found_then_again_after_a_while() -> None:
