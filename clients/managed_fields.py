@@ -122,11 +122,11 @@ def released(entries: list[dict[str, Any]], manager: str, to: str) -> list[dict[
 
 
 def unwanted(entries: list[dict[str, Any]], manager: str, wanted: dict[str, Any]) -> list[str]:
-    """JSON pointers of the fields ``manager``'s Apply entry on the object itself owns that ``wanted`` leaves out: an apply of
-    ``wanted`` removes them, so it is due even when the object holds everything ``wanted`` says. Map keys, and list
-    items by their keys (``k:``) or values (``v:``); under an atomic list, compared whole by a caller, nothing.
-    Pass ``entries`` as they will be when written (``as_applied``): fields still in an Update entry are not removed
-    by the apply, and counting them would write again on every pass."""
+    """JSON pointers of the fields ``manager``'s Apply entry on the object itself owns that ``wanted`` leaves out:
+    an apply of ``wanted`` removes them, so it is due even when the object holds everything ``wanted`` says. Map
+    keys, and list items by their keys (``k:``) or values (``v:``); under an atomic list, compared whole by a
+    caller, nothing. Pass ``entries`` as they will be when written (``as_applied``): fields still in an Update
+    entry are not removed by the apply, and counting them would write again on every pass."""
     found: list[str] = []
 
     def walk(owned: dict[str, Any], want: Any, path: tuple[str, ...]) -> None:
@@ -169,8 +169,9 @@ def _pointer(*path: str) -> str:
 
 
 def unwanted_once_handed_over(entries: list[dict[str, Any]], manager: str, wanted: dict[str, Any]) -> list[str]:
-    """What only handing a create's leftovers over (``left_by_a_create``) lets an apply of ``wanted`` remove: fields our
-    Update entry holds and ``wanted`` leaves out. Empty when nothing is left to hand over, or it cannot be moved."""
+    """What only handing a create's leftovers over (``left_by_a_create``) lets an apply of ``wanted`` remove: fields
+    our Update entry holds and ``wanted`` leaves out. Empty when nothing is left to hand over, or it cannot be
+    moved."""
     left = left_by_a_create(entries, manager)
     try:
         if as_applied(entries, manager, left) is None:

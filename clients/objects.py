@@ -225,6 +225,9 @@ class ClusterObjects:
         )
 
     async def merge_patch(self, ref: Ref, patch: dict[str, Any]) -> dict[str, Any]:
+        """A merge patch under our field manager. On an object we also apply, set nothing but finalizers this way
+        (``set_finalizer``): any other field it sets is taken for a create's leftover (``with_create_handed_over``),
+        handed to our apply, and removed by the next apply that leaves it out."""
         path, _ = await self._path(ref)
         return await kube.merge_patch(self.api, path, patch, field_manager=self.field_manager)
 
