@@ -914,14 +914,14 @@ class SyncResourceReconciler:
                 return model.State.WARNING, f"{refusal}: left alone", False
         if holder is not None and item.strategy == model.Strategy.CREATE_AND_IGNORE:
             return model.State.READY, "", True
-        if holder is not None and not act.dry_run:
-            live = await act.cluster.with_create_handed_over(live)  # what the item no longer sets goes
         # Ignored fields take their live values; then our marks again (an ignored /metadata/annotations must not
         # unmark the object), and what is sent is classified as sent.
         body = _mark(item.keeping_live(body, live), item, act.owner)
         refused = _privileged(body, item, act)
         if refused is not None:
             return model.State.FORBIDDEN, f"{refused} (with the live values of its ignored fields)", False
+        if holder is not None and not act.dry_run:
+            live = await act.cluster.with_create_handed_over(live)  # what the item no longer sets goes too
         body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
         if act.dry_run:
             changes = diff.changed_paths(live, await act.cluster.apply(body, dry_run=True))
