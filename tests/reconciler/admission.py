@@ -60,10 +60,19 @@ Race = Callable[[kube.ApiClient, dict[str, Any]], Awaitable[None]]
 
 
 async def annotated(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+    """The race by default: the raced ConfigMap annotated ``raced: yes``."""
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-    await kube.merge_patch(
-        api, kube.CONFIGMAPS.object_path(namespace, name), {"metadata": {"annotations": {"raced": "yes"}}}
-    )
+    await annotating(kube.CONFIGMAPS.object_path(namespace, name))(api, obj)
+
+
+def annotating(path: str, **annotations: str) -> Race:
+    """A race that annotates the object at ``path`` (default ``raced: yes``), as a controller writing its own field
+    of the object would."""
+
+    async def race(api: kube.ApiClient, obj: dict[str, Any]) -> None:
+        await kube.merge_patch(api, path, {"metadata": {"annotations": annotations or {"raced": "yes"}}})
+
+    return race
 
 
 async def created_first(api: kube.ApiClient, obj: dict[str, Any]) -> None:

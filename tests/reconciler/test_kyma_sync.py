@@ -253,9 +253,6 @@ async def test_a_status_write_that_loses_a_race_is_read_and_made_again_at_once(
     failed."""
     skr = kcp.skrs["skr-2"]
 
-    async def annotated(api: kube.ApiClient, obj: dict[str, Any]) -> None:
-        await kube.merge_patch(api, SKR_KYMA, {"metadata": {"annotations": {"raced": "yes"}}})
-
     async def status_down() -> bool:
         return ((await _skr_kyma(kcp, "skr-2") or {}).get("status") or {}).get("state") == "Warning"
 
@@ -268,7 +265,7 @@ async def test_a_status_write_that_loses_a_race_is_read_and_made_again_at_once(
         async with admission.racing_admission(
             skr,
             label=uuid.uuid4().hex[:8],
-            race=annotated,
+            race=admission.annotating(SKR_KYMA),
             rule=admission.operations_on(crds.KYMA, "UPDATE", subresource="status"),
             selector={wire.SYNCED_LABEL: wire.SYNCED_VALUE},
         ) as raced:

@@ -312,9 +312,6 @@ async def test_a_mirror_write_that_loses_a_race_is_read_and_made_again_at_once(
     mirror_name = f"{kcp.runtime_namespace}.peer-changed"
     mirror_path = crds.VPC_PEERING.object_path("mirror-skr-1", mirror_name)
 
-    async def annotated(api: kube.ApiClient, obj: dict[str, Any]) -> None:
-        await kube.merge_patch(api, mirror_path, {"metadata": {"annotations": {"raced": "yes"}}})
-
     async def mirror_spec_is(remote: str) -> bool:
         found = await kube.get_or_none(kcp.api, mirror_path)
         return found is not None and bool(found["spec"] == {"remoteVpc": remote})
@@ -330,7 +327,7 @@ async def test_a_mirror_write_that_loses_a_race_is_read_and_made_again_at_once(
         async with admission.racing_admission(
             kcp.api,
             label=uuid.uuid4().hex[:8],
-            race=annotated,
+            race=admission.annotating(mirror_path),
             rule=admission.operations_on(crds.VPC_PEERING, "UPDATE"),
             selector={wire.RUNTIME_LABEL: "skr-1"},
             name=mirror_name,

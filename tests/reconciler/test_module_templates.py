@@ -187,9 +187,6 @@ async def test_a_repair_that_loses_a_race_is_read_and_made_again_at_once(
     name = f"repaired-{label}"
     skr, path = kcp.skrs["skr-1"], f"{RUNTIME_PATH}/{name}"
 
-    async def annotated(api: kube.ApiClient, obj: dict[str, Any]) -> None:
-        await kube.merge_patch(api, path, {"metadata": {"annotations": {"raced": "yes"}}})
-
     async def version_is(version: str) -> bool:
         return bool(((await template_in(kcp, "skr-1", name)) or {}).get("spec", {}).get("version") == version)
 
@@ -202,7 +199,7 @@ async def test_a_repair_that_loses_a_race_is_read_and_made_again_at_once(
         await more_reconciles(running.shared.registry, "module_templates", 4)
         failures = failed_reconciles(running.shared.registry, "module_templates")
         updated = admission.operations_on(crds.MODULE_TEMPLATE, "UPDATE")
-        async with admission.racing_admission(skr, label=label, race=annotated, rule=updated) as raced:
+        async with admission.racing_admission(skr, label=label, race=admission.annotating(path), rule=updated) as raced:
             await kube.merge_patch(skr, path, {"spec": {"version": "6.6.6"}})
             await eventually(lambda: raced == [name], what="the repair raced")
             await eventually(lambda: version_is("1.0.0"), what="the copy repaired")

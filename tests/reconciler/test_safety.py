@@ -990,9 +990,7 @@ async def test_a_status_whose_object_of_ours_changed_meanwhile_is_written_to_it_
     never getting its status."""
     api, status_item = kcp.skrs["skr-1"], await _status_item(kcp, "CreateAndIgnore")
 
-    async def changed(api: kube.ApiClient, obj: dict[str, Any]) -> None:
-        await kube.merge_patch(api, status_item.path, {"metadata": {"annotations": {"controller": "was here"}}})
-
+    changed = admission.annotating(status_item.path, controller="was here")
     async with (
         run_controller() as running,
         admission.racing_admission(api, label=status_item.label, race=changed, rule=STATUS_WRITES) as raced,
@@ -1019,9 +1017,7 @@ async def test_a_status_only_item_whose_write_loses_a_race_is_read_and_written_a
     status_only = {"name": "peer", "strategy": "CreateAndSync", "subresource": status_item.item["subresource"]}
     status_only["subresource"] = {**status_only["subresource"], **_identity(status_item.peering)}
 
-    async def annotated(api: kube.ApiClient, obj: dict[str, Any]) -> None:
-        await kube.merge_patch(api, status_item.path, {"metadata": {"annotations": {"controller": "was here"}}})
-
+    annotated = admission.annotating(status_item.path, controller="was here")
     async with (
         run_controller() as running,
         admission.racing_admission(api, label=status_item.label, race=annotated, rule=STATUS_WRITES) as raced,

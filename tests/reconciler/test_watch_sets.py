@@ -317,9 +317,6 @@ async def test_a_repair_that_loses_a_race_is_read_and_made_again_at_once(
     failed."""
     skr = kcp.skrs["skr-1"]
 
-    async def annotated(api: kube.ApiClient, obj: dict[str, Any]) -> None:
-        await kube.merge_patch(api, WATCH_SET, {"metadata": {"annotations": {"raced": "yes"}}})
-
     async with run_controller(watch_sets={"enabled": True, "resync_seconds": 1}) as running:
         await kcp.create("raced", {"kyma": "skr-1", "items": [_service_account(kcp)]})
         await eventually(lambda: _watched(kcp, "serviceaccounts"), what="the watch set")
@@ -329,7 +326,7 @@ async def test_a_repair_that_loses_a_race_is_read_and_made_again_at_once(
         async with admission.racing_admission(
             skr,
             label=uuid.uuid4().hex[:8],
-            race=annotated,
+            race=admission.annotating(WATCH_SET),
             selector={wire.SYNCED_LABEL: wire.SYNCED_VALUE},
             name=watch_sets.CONFIG_MAP,
         ) as raced:

@@ -212,7 +212,7 @@ async def test_a_repair_that_loses_a_race_is_read_and_made_again_at_once(
             async with admission.racing_admission(
                 skr,
                 label=uuid.uuid4().hex[:8],
-                race=_annotated,
+                race=admission.annotating(DEPLOYMENT),
                 rule=admission.operations_on(DEPLOYMENTS, "UPDATE"),
                 selector={wire.SYNCED_LABEL: wire.SYNCED_VALUE},
             ) as raced:
@@ -238,10 +238,6 @@ async def test_a_repair_that_loses_a_race_is_read_and_made_again_at_once(
         assert "Error" not in states, states
         conflicts = {"controller": "watcher_install"}
         assert running.shared.registry.get_sample_value("kyma_reconciler_write_conflicts_total", conflicts) == 1
-
-
-async def _annotated(api: kube.ApiClient, obj: dict[str, Any]) -> None:
-    await kube.merge_patch(api, DEPLOYMENT, {"metadata": {"annotations": {"raced": "yes"}}})
 
 
 async def _record_annotations(api: kube.ApiClient, runtime: str, since: str, seen: list[dict[str, str]]) -> None:
