@@ -168,14 +168,19 @@ def _pointer(*path: str) -> str:
     return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in path)
 
 
+def handed_over(entries: list[dict[str, Any]], manager: str) -> list[dict[str, Any]] | None:
+    """``entries`` with what a create left (``left_by_a_create``) moved to ``manager``'s Apply entry; None when
+    nothing is left to move; UnmovableError as ``as_applied``."""
+    return as_applied(entries, manager, left_by_a_create(entries, manager))
+
+
 def unwanted_once_handed_over(entries: list[dict[str, Any]], manager: str, wanted: dict[str, Any]) -> list[str]:
-    """What only handing a create's leftovers over (``left_by_a_create``) lets an apply of ``wanted`` remove: fields
-    our Update entry holds and ``wanted`` leaves out. Empty when nothing is left to hand over, or it cannot be
-    moved."""
-    left = left_by_a_create(entries, manager)
+    """What only handing a create's leftovers over (``handed_over``) lets an apply of ``wanted`` remove: fields our
+    Update entry holds and ``wanted`` leaves out. Empty when nothing is left to hand over, or it cannot be moved."""
     try:
-        if as_applied(entries, manager, left) is None:
+        if handed_over(entries, manager) is None:
             return []
     except UnmovableError:
         return []
+    left = left_by_a_create(entries, manager)
     return unwanted([{"manager": manager, "operation": "Apply", "fieldsV1": left}], manager, wanted)

@@ -201,11 +201,8 @@ class ClusterObjects:
 
     def _handed_over(self, live: dict[str, Any]) -> list[dict[str, Any]] | None:
         """``live``'s managedFields with what a create left handed over, or None when nothing is to move."""
-        entries = live["metadata"].get("managedFields") or []
         try:
-            return managed_fields.as_applied(
-                entries, self.field_manager, managed_fields.left_by_a_create(entries, self.field_manager)
-            )
+            return managed_fields.handed_over(live["metadata"].get("managedFields") or [], self.field_manager)
         except managed_fields.UnmovableError as exc:
             log.debug("a create's fields left where they are: %s", exc, extra={"object": str(Ref.of(live))})
             return None
